@@ -1,0 +1,28 @@
+# `make demo` installs tablefree into .venv and runs the embedded-default experiment.
+# `make test` installs tablefree (with its interop and dev extras) into .venv and runs the test suite.
+# TORCH picks the PyTorch build: the default is the CPU wheel; on a GPU machine use e.g. `make TORCH=torch demo`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.tablefree-installed
+
+.PHONY: install demo test lint bench
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[interop,dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/tablefree demo
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks

@@ -1,0 +1,25 @@
+"""tablefree: language models with no trainable input embedding table."""
+
+from tablefree.codes import AffineMap, bits_to_ids, ids_to_bits, num_bits
+from tablefree.config import InterfaceConfig, ModelConfig, preset
+from tablefree.interfaces import INTERFACES, build_interface, register_interface
+from tablefree.model import TablefreeLM, build_model
+from tablefree.params import param_breakdown
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "INTERFACES",
+    "AffineMap",
+    "InterfaceConfig",
+    "ModelConfig",
+    "TablefreeLM",
+    "bits_to_ids",
+    "build_interface",
+    "build_model",
+    "ids_to_bits",
+    "num_bits",
+    "param_breakdown",
+    "preset",
+    "register_interface",
+]

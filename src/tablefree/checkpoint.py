@@ -1,0 +1,128 @@
+"""Model files of a checkpoint: weights in safetensors, configuration in JSON. No pickle is ever loaded here.
+
+A checkpoint is a directory::
+
+    step_000100/
+        model.safetensors   # weights and the fixed interfaces' persistent buffers (A and b for affine)
+        config.json         # {"model": ModelConfig as a dict, ...the rest of the run config}
+        tokenizer.json      # the tokenizer the model was trained with (when known)
+        meta.json           # step, tokens seen, tokenizer hash, ...
+        COMPLETE            # written last: a directory without it is not a checkpoint
+
+Training adds its own state next to these (see ``tablefree.train.checkpointing``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tablefree.config import ModelConfig, from_dict, to_dict
+from tablefree.model import TablefreeLM
+
+COMPLETE_MARKER = "COMPLETE"
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+META_FILE = "meta.json"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The state to save: parameters and persistent buffers, contiguous and detached."""
+    return {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
+
+
+def save_model_files(
+    directory: str | Path,
+    state: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    meta: dict[str, Any],
+    tokenizer_path: str | Path | None = None,
+) -> None:
+    """Write the model files into ``directory`` (which the caller later marks COMPLETE)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{MODEL_FILE}.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, directory / MODEL_FILE)
+    write_json_atomic(directory / CONFIG_FILE, config)
+    write_json_atomic(directory / META_FILE, meta)
+    if tokenizer_path is not None:
+        shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
+
+
+def mark_complete(directory: str | Path) -> None:
+    write_json_atomic(Path(directory) / COMPLETE_MARKER, {"complete": True})
+
+
+def is_complete(directory: str | Path) -> bool:
+    return (Path(directory) / COMPLETE_MARKER).exists()
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory from a checkpoint, a run directory, or a directory of ``step_*`` checkpoints:
+    the newest complete one."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    if is_complete(path):
+        return path
+    for parent in (path / "checkpoints", path):
+        steps = (
+            sorted(p for p in parent.glob("step_*") if p.is_dir() and is_complete(p))
+            if parent.is_dir()
+            else []
+        )
+        if steps:
+            return steps[-1]
+    raise FileNotFoundError(
+        f"{path}: no complete checkpoint (a step_* directory with a {COMPLETE_MARKER} marker)"
+    )
+
+
+def read_model_config(checkpoint: str | Path) -> ModelConfig:
+    directory = resolve_checkpoint(checkpoint)
+    config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    if "model" not in config:
+        raise ValueError(f"{directory / CONFIG_FILE}: missing the 'model' section")
+    return from_dict(ModelConfig, config["model"], where=f"{directory / CONFIG_FILE}:model")
+
+
+def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tuple[TablefreeLM, Path]:
+    """Load a model for inference: (model in eval mode, the resolved checkpoint directory)."""
+    directory = resolve_checkpoint(checkpoint)
+    config = read_model_config(directory)
+    with torch.device("meta"):
+        model = TablefreeLM(config)
+    model.to_empty(device=device)
+    model.init_weights()  # recomputes the fixed buffers; every saved tensor is then overwritten
+    state = load_file(str(directory / MODEL_FILE), device=str(device))
+    model.load_state_dict(state, strict=True)
+    return model.eval(), directory
+
+
+def save_model(
+    directory: str | Path,
+    model: TablefreeLM,
+    meta: dict[str, Any] | None = None,
+    tokenizer_path: str | Path | None = None,
+    extra_config: dict[str, Any] | None = None,
+) -> Path:
+    """Save a model alone as a complete checkpoint directory (used by tests, import and export)."""
+    config = {"model": to_dict(model.config), **(extra_config or {})}
+    save_model_files(directory, model_state(model), config, meta or {}, tokenizer_path)
+    mark_complete(directory)
+    return Path(directory)

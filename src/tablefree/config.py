@@ -1,0 +1,269 @@
+"""Configuration dataclasses, the model presets, and YAML / dotted-override loading.
+
+Every config is a plain dataclass. ``from_dict`` builds one from nested dicts (as read from YAML) and names
+the offending field on any mistake; ``apply_overrides`` applies ``a.b.c=value`` strings from the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+@dataclass
+class InterfaceConfig:
+    """The input interface: how a token id becomes a d-dimensional input vector."""
+
+    name: str = "learned"  # learned | canonical | affine (see tablefree.interfaces.INTERFACES)
+    lift: str = "tile"  # tile: the whole K-bit code repeated; interleave: each bit repeated
+    values: str = "01"  # "01": bits as {0, 1};  "pm1": bits as {-1, +1}
+    bit_order: str = "lsb"  # lsb | msb
+    affine_seed: int = 0  # seed of the fixed random affine map (A, b); independent of the training seed
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 4096
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # None: same as n_heads (no grouped-query attention)
+    d_ff: int = 384
+    max_seq_len: int = 256
+    rope_theta: float = 10_000.0
+    mlp: str = "swiglu"  # swiglu | gelu
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    interface: InterfaceConfig = field(default_factory=InterfaceConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.interface, str):
+            self.interface = InterfaceConfig(name=self.interface)
+        elif isinstance(self.interface, dict):
+            self.interface = from_dict(InterfaceConfig, self.interface, where="model.interface")
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        checks = [
+            (
+                self.d_model % self.n_heads == 0,
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
+            ),
+            (
+                self.n_heads % self.n_kv_heads == 0,
+                f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.n_kv_heads})",
+            ),
+            ((self.d_model // self.n_heads) % 2 == 0, "head dimension must be even for RoPE"),
+            (self.mlp in ("swiglu", "gelu"), f"mlp must be 'swiglu' or 'gelu', got {self.mlp!r}"),
+            (
+                self.norm in ("rmsnorm", "layernorm"),
+                f"norm must be 'rmsnorm' or 'layernorm', got {self.norm!r}",
+            ),
+            (self.vocab_size >= 2, f"vocab_size must be >= 2, got {self.vocab_size}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"model config: {message}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # SmolLM2-1.7B-shaped Llama body of the 100B-token study (untied head).
+    "paper-1.7b": dict(
+        vocab_size=49_152,
+        d_model=2048,
+        n_layers=24,
+        n_heads=32,
+        n_kv_heads=32,
+        d_ff=8192,
+        max_seq_len=2048,
+        rope_theta=130_000.0,
+        mlp="swiglu",
+        norm="rmsnorm",
+    ),
+    # The earlier study: GPT-style, GELU 4x MLP, LayerNorm; RoPE positions (see docs/models.md).
+    "paper-32l-1024": dict(
+        vocab_size=65_536,
+        d_model=1024,
+        n_layers=32,
+        n_heads=32,
+        d_ff=4096,
+        max_seq_len=1024,
+        rope_theta=10_000.0,
+        mlp="gelu",
+        norm="layernorm",
+    ),
+    # CPU presets. vocab_size is a default; training takes V from the dataset's tokenizer.
+    "tiny": dict(vocab_size=4096, d_model=128, n_layers=4, n_heads=4, d_ff=384, max_seq_len=256),
+    "small": dict(vocab_size=8192, d_model=384, n_layers=6, n_heads=6, d_ff=1024, max_seq_len=512),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """A ModelConfig from a named preset, with keyword overrides (``interface`` may be a dict or a name)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
+    data: dict[str, Any] = dict(PRESETS[name])
+    interface = overrides.pop("interface", None)
+    data.update(overrides)
+    if isinstance(interface, str):
+        interface = {"name": interface}
+    if interface is not None:
+        data["interface"] = interface
+    return from_dict(ModelConfig, data, where=f"preset {name}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Generic dataclass <-> dict machinery
+
+
+def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") -> T:
+    """Build dataclass ``cls`` from a nested dict, rejecting unknown fields and ill-typed values by name."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
+        )
+    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{where}: {error}") from error
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """A dataclass as a plain nested dict (JSON/YAML friendly)."""
+    return dataclasses.asdict(obj)
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, where)
+            except ValueError as error:
+                errors.append(str(error))
+        raise ValueError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if dataclasses.is_dataclass(hint):
+        return value if isinstance(value, hint) else from_dict(hint, value, where)
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{where}: expected true/false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            return parse_count(value, where)
+        raise ValueError(f"{where}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ValueError(f"{where}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ValueError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+
+
+def parse_count(text: str | int, where: str = "value") -> int:
+    """Parse ``100B``, ``2.5M``, ``1_000``, ``64k`` into an int (decimal suffixes k, M, B/G, T)."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kKmMbBgGtT]?)\s*", str(text))
+    if not match:
+        raise ValueError(f"{where}: expected an integer such as 1000, 64k, 2.5M or 100B, got {text!r}")
+    number = float(match.group(1).replace("_", "")) * _SUFFIXES[match.group(2).lower()]
+    if not number.is_integer():
+        raise ValueError(f"{where}: {text!r} is not a whole number")
+    return int(number)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping; errors name the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file not found: {path}") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: invalid YAML: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, returning a new dict."""
+    import copy
+
+    result = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. optim.lr=3e-4")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = result
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"override {item!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = _parse_scalar(raw)
+    return result
+
+
+def _parse_scalar(raw: str) -> Any:
+    """YAML value, with numbers like ``3e-4`` (a string to YAML 1.1) read as floats."""
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str):
+        try:
+            return float(value) if re.fullmatch(r"[-+]?[0-9.]+[eE][-+]?[0-9]+", value.strip()) else value
+        except ValueError:
+            return value
+    return value

@@ -1,0 +1,1 @@
+"""Data: corpus reading, tokenizers, token shards and the training loader."""

@@ -1,0 +1,223 @@
+"""A decoder-only Llama-style transformer whose input interface comes from the registry.
+
+Pre-norm blocks (RMSNorm or LayerNorm), rotary position embeddings in Hugging Face Llama's rotate-half
+convention, SwiGLU (or GELU) MLP, optional grouped-query attention, no biases, causal attention through
+``scaled_dot_product_attention``, and an untied output head. The model knows nothing of parallelism
+(see ``tablefree.train.parallelize``) and nothing of the input interface beyond ``build_interface``.
+
+Initialisation follows Hugging Face's Llama / SmolLM2 recipe: every Linear and embedding weight is drawn from
+N(0, init_std=0.02), norm gains are 1. Each tensor is drawn from its own generator seeded by (seed, parameter
+name), so the backbone of a ``learned`` model and of a fixed-code model get identical weights for one seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tablefree.config import ModelConfig
+from tablefree.interfaces import build_interface
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # As in HF Llama: normalise in fp32, scale in the input dtype.
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def build_norm(config: ModelConfig) -> nn.Module:
+    if config.norm == "rmsnorm":
+        return RMSNorm(config.d_model, config.norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=False)
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape positions.shape + (head_dim,), computed in fp32 (HF Llama's default RoPE)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.int64).float() / head_dim)
+    )
+    freqs = positions.float().unsqueeze(-1) * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, H, T, hd); cos/sin: (T, hd) or (B, T, hd)."""
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos.to(x.dtype)) + (rotated * sin.to(x.dtype))
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the tokens seen so far, one (k, v) pair per layer; grows by concatenation."""
+
+    layers: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        first = self.layers[0] if self.layers else None
+        return 0 if first is None else first[0].shape[2]
+
+    def update(self, index: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        while len(self.layers) <= index:
+            self.layers.append(None)
+        previous = self.layers[index]
+        if previous is not None:
+            k = torch.cat((previous[0], k), dim=2)
+            v = torch.cat((previous[1], v), dim=2)
+        self.layers[index] = (k, v)
+        return k, v
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.index = index
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        self.wq = nn.Linear(config.d_model, config.n_heads * config.head_dim, bias=False)
+        self.wk = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wv = nn.Linear(config.d_model, config.n_kv_heads * config.head_dim, bias=False)
+        self.wo = nn.Linear(config.n_heads * config.head_dim, config.d_model, bias=False)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.index, k, v)
+        if self.n_kv_heads != self.n_heads:  # GQA: kv head i serves query heads i*r .. i*r+r-1 (HF repeat_kv)
+            repeats = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gated = config.mlp == "swiglu"
+        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=False)  # gate (swiglu) or up (gelu)
+        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=False)  # down
+        self.w3 = nn.Linear(config.d_model, config.d_ff, bias=False) if self.gated else None  # up (swiglu)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.w3 is not None:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.attn_norm = build_norm(config)
+        self.attn = Attention(config, index)
+        self.mlp_norm = build_norm(config)
+        self.mlp = MLP(config)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor | None,
+        cache: KVCache | None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, mask, cache)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class TablefreeLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.input = build_interface(config.interface, config.vocab_size, config.d_model)
+        self.layers = nn.ModuleList(Block(config, i) for i in range(config.n_layers))
+        self.norm = build_norm(config)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, T, V) for token ids (B, T).
+
+        ``positions`` (T,) or (B, T) default to ``cache.length + arange(T)``. ``mask`` is an optional boolean
+        attention mask broadcastable to (B, 1, T, T_keys), True where attention is allowed; without it,
+        attention is causal (over the cached prefix too, when a cache is given).
+        """
+        T = ids.shape[1]
+        start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + T, device=ids.device)
+        if mask is None and start > 0:  # causal over the cached prefix plus the new tokens
+            keys = torch.arange(start + T, device=ids.device)
+            mask = keys.unsqueeze(0) <= (keys[start:].unsqueeze(1))
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        x = self.input(ids)
+        if x.dtype != self.head.weight.dtype:  # fixed codes come out in the default dtype
+            x = x.to(self.head.weight.dtype)
+        for block in self.layers:
+            x = block(x, cos, sin, mask, cache)
+        return self.head(self.norm(x))
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy, computed in fp32."""
+        logits = self(ids)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """N(0, init_std) for every matrix, ones for norm gains; one generator per (seed, name)."""
+        reset_buffers = getattr(self.input, "reset_buffers", None)
+        if reset_buffers is not None:
+            reset_buffers()
+        for name, tensor in list(self.named_parameters()) + list(self.named_buffers()):
+            if tensor.device.type == "meta":
+                continue
+            if name.endswith("norm.weight"):
+                tensor.fill_(1.0)
+            elif tensor.dim() == 2 and tensor.is_floating_point():
+                generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
+                tensor.normal_(0.0, self.config.init_std, generator=generator)
+
+
+def _name_seed(seed: int, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
+    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory)."""
+    with torch.device(device or "cpu"):
+        model = TablefreeLM(config)
+    model.init_weights(seed)
+    return model

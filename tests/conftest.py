@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA

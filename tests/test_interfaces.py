@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tablefree.codes import AffineMap, ids_to_bits
+from tablefree.config import InterfaceConfig
+from tablefree.interfaces import INTERFACES, build_interface
+
+
+def test_registry_names() -> None:
+    assert {"learned", "canonical", "affine"} <= set(INTERFACES)
+
+
+@pytest.mark.parametrize("name", ["canonical", "affine"])
+def test_fixed_codes_have_no_parameters_and_no_vocab_sized_state(name: str) -> None:
+    vocab, d = 49_152, 2048
+    interface = build_interface(InterfaceConfig(name=name), vocab, d)
+    assert sum(p.numel() for p in interface.parameters()) == 0
+    for tensor in interface.buffers():
+        assert tensor.numel() < vocab  # K×K, K, or d — never V-sized
+
+
+def test_tile_and_interleave_lifts() -> None:
+    vocab, d = 8, 7  # K = 3, d not a multiple of K
+    ids = torch.arange(vocab)
+    bits = ids_to_bits(ids, 3).float()
+    tile = build_interface(InterfaceConfig(name="canonical", lift="tile"), vocab, d)(ids)
+    assert torch.equal(tile, bits[:, [0, 1, 2, 0, 1, 2, 0]])
+    inter = build_interface(InterfaceConfig(name="canonical", lift="interleave"), vocab, d)(ids)
+    assert torch.equal(inter, bits[:, [0, 0, 0, 1, 1, 1, 2]])
+
+
+def test_signed_values() -> None:
+    ids = torch.tensor([[0, 5]])
+    out = build_interface(InterfaceConfig(name="canonical", values="pm1"), 8, 6)(ids)
+    assert out.tolist() == [[[-1, -1, -1, -1, -1, -1], [1, -1, 1, 1, -1, 1]]]
+
+
+def test_affine_interface_matches_affine_map() -> None:
+    config = InterfaceConfig(name="affine", affine_seed=3)
+    interface = build_interface(config, 1000, 20)
+    k = interface.num_bits
+    ids = torch.arange(1000)
+    expected = AffineMap.from_seed(k, 3).encode(ids_to_bits(ids, k)).float()
+    assert torch.equal(interface(ids)[:, :k], expected)
+
+
+@pytest.mark.parametrize("name", ["learned", "canonical", "affine"])
+def test_out_of_range_ids_name_the_id_and_vocab(name: str) -> None:
+    interface = build_interface(InterfaceConfig(name=name), 100, 16)
+    with pytest.raises(ValueError, match=r"token id 100 .*V=100"):
+        interface(torch.tensor([[1, 100]]))
+    with pytest.raises(ValueError, match=r"token id -1"):
+        interface(torch.tensor([[-1, 3]]))
+
+
+def test_no_gradient_reaches_fixed_interface() -> None:
+    interface = build_interface(InterfaceConfig(name="affine"), 100, 16)
+    out = interface(torch.tensor([[1, 2, 3]]))
+    assert not out.requires_grad
+
+
+def test_affine_state_reloads_and_singular_matrix_is_refused() -> None:
+    source = build_interface(InterfaceConfig(name="affine", affine_seed=11), 500, 32)
+    target = build_interface(InterfaceConfig(name="affine", affine_seed=0), 500, 32)
+    target.load_state_dict(source.state_dict())
+    ids = torch.arange(500)
+    assert torch.equal(target(ids), source(ids))
+    state = source.state_dict()
+    state["affine_matrix"] = state["affine_matrix"].clone()
+    state["affine_matrix"][0] = state["affine_matrix"][1]
+    with pytest.raises(ValueError, match="singular"):
+        target.load_state_dict(state)
+
+
+def test_unknown_interface_and_options() -> None:
+    with pytest.raises(ValueError, match="unknown interface"):
+        build_interface(InterfaceConfig(name="onehot"), 10, 8)
+    with pytest.raises(ValueError, match="lift"):
+        build_interface(InterfaceConfig(name="canonical", lift="spiral"), 10, 8)

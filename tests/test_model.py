@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tablefree.checkpoint import load_model, save_model
+from tablefree.config import ModelConfig, preset
+from tablefree.model import KVCache, build_model
+from tablefree.params import param_breakdown
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    base = dict(vocab_size=300, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=64)
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+@pytest.mark.parametrize("interface", ["learned", "canonical", "affine"])
+def test_exact_paper_counts(interface: str) -> None:
+    b = param_breakdown(preset("paper-1.7b", interface=interface))
+    expected = 1_812_039_680 if interface == "learned" else 1_711_376_384
+    assert b.total_trainable == expected
+    assert b.learned_total - 1_711_376_384 == 100_663_296
+
+
+def test_earlier_study_table_size() -> None:
+    learned = param_breakdown(preset("paper-32l-1024", interface="learned"))
+    fixed = param_breakdown(preset("paper-32l-1024", interface="canonical"))
+    assert learned.input_interface == 67_108_864
+    assert learned.total_trainable - fixed.total_trainable == 67_108_864
+
+
+@pytest.mark.parametrize(("name", "low", "high"), [("tiny", 1e6, 3e6), ("small", 10e6, 30e6)])
+def test_cpu_preset_sizes(name: str, low: float, high: float) -> None:
+    for interface in ("learned", "canonical"):
+        assert low <= param_breakdown(preset(name, interface=interface)).total_trainable <= high
+
+
+def test_params_cli_json() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tablefree.cli",
+            "params",
+            "--preset",
+            "paper-1.7b",
+            "--interface",
+            "affine",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    assert data["total_trainable"] == 1_711_376_384
+    assert data["removed_vs_learned"] == 100_663_296
+
+
+def test_backbone_init_is_identical_across_interfaces() -> None:
+    models = {
+        name: build_model(tiny_config(interface={"name": name}), seed=5)
+        for name in ("learned", "canonical", "affine")
+    }
+    reference = {k: v for k, v in models["learned"].state_dict().items() if not k.startswith("input.")}
+    for name in ("canonical", "affine"):
+        state = {k: v for k, v in models[name].state_dict().items() if not k.startswith("input.")}
+        assert state.keys() == reference.keys()
+        assert all(torch.equal(state[k], reference[k]) for k in state), name
+    other_seed = build_model(tiny_config(), seed=6)
+    assert not torch.equal(other_seed.layers[0].attn.wq.weight, models["learned"].layers[0].attn.wq.weight)
+
+
+def test_init_statistics() -> None:
+    model = build_model(tiny_config(d_model=64, d_ff=256), seed=0)
+    weight = model.layers[0].mlp.w1.weight
+    assert abs(weight.std().item() - 0.02) < 0.002
+    assert torch.equal(model.layers[0].attn_norm.weight, torch.ones(64))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"mlp": "gelu", "norm": "layernorm"}])
+def test_causality_and_shapes(overrides: dict) -> None:
+    model = build_model(tiny_config(interface={"name": "canonical"}, **overrides), seed=0).eval()
+    ids = torch.randint(0, 300, (2, 10))
+    logits = model(ids)
+    assert logits.shape == (2, 10, 300)
+    changed = ids.clone()
+    changed[:, 7] = (changed[:, 7] + 1) % 300
+    logits2 = model(changed)
+    assert torch.allclose(logits[:, :7], logits2[:, :7], atol=1e-6)
+    assert not torch.allclose(logits[:, 7:], logits2[:, 7:])
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 1}])
+def test_kv_cache_matches_full_forward(overrides: dict) -> None:
+    model = build_model(tiny_config(interface={"name": "affine"}, **overrides), seed=1).eval()
+    ids = torch.randint(0, 300, (3, 12))
+    with torch.no_grad():
+        full = model(ids)
+        cache = KVCache()
+        first = model(ids[:, :5], cache=cache)
+        second = model(ids[:, 5:9], cache=cache)
+        steps = [model(ids[:, t : t + 1], cache=cache) for t in range(9, 12)]
+    stitched = torch.cat([first, second, *steps], dim=1)
+    assert torch.allclose(stitched, full, atol=1e-5)
+
+
+def test_explicit_mask_and_positions_match_causal() -> None:
+    model = build_model(tiny_config(), seed=2).eval()
+    ids = torch.randint(0, 300, (1, 8))
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    with torch.no_grad():
+        assert torch.allclose(model(ids), model(ids, positions=torch.arange(8), mask=causal), atol=1e-6)
+
+
+def test_loss_backward_skips_fixed_interface() -> None:
+    model = build_model(tiny_config(interface={"name": "canonical"}), seed=0)
+    ids = torch.randint(0, 300, (2, 8))
+    model.loss(ids, ids).backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert list(model.input.parameters()) == []
+
+
+@pytest.mark.parametrize("interface", ["learned", "affine"])
+def test_checkpoint_round_trip(tmp_path, interface: str) -> None:
+    model = build_model(tiny_config(interface={"name": interface, "affine_seed": 4}), seed=3).eval()
+    save_model(tmp_path / "checkpoints" / "step_00000002", model, meta={"step": 2})
+    (tmp_path / "checkpoints" / "step_00000003").mkdir()  # incomplete: no marker, must be skipped
+    loaded, directory = load_model(tmp_path)  # a run directory resolves to its newest complete checkpoint
+    ids = torch.randint(0, 300, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(ids), loaded(ids))
+    assert directory == tmp_path / "checkpoints" / "step_00000002"
