@@ -1,0 +1,248 @@
+"""``run_eval``: score a checkpoint on zero-shot tasks and the validation split; the results JSON and table."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, write_json_atomic
+from tablefree.evaluate.engine import encode_pairs, loglikelihoods
+from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
+from tablefree.evaluate.tasks import (
+    TASKS,
+    Task,
+    build_requests,
+    eval_data_dir,
+    file_sha256,
+    get_task,
+    load_docs,
+    task_files,
+)
+
+VALIDATION = "validation"
+LM_EVAL_SEMANTICS = "lm-evaluation-harness 0.4.13"
+
+
+def run_eval(
+    checkpoint: str | Path,
+    tasks: Sequence[str],
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    batch_size: int = 32,
+    device: str = "cpu",
+    examples_out: str | Path | None = None,
+    val_data: str | Path | None = None,
+    *,
+    tokenizer: str | Path | None = None,
+    bootstrap_iters: int = 100_000,
+    out: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Evaluate ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory) on ``tasks``.
+
+    ``tasks`` are names from ``tablefree.evaluate.TASKS`` and/or ``"validation"`` (needs ``val_data``, a prepared
+    dataset directory). ``limit`` takes the first N documents of each task (windows for validation). The checkpoint's
+    tokenizer is used, or ``tokenizer`` if given; either must hash to the ``tokenizer_hash`` in the checkpoint's
+    meta.json. Returns the results dict; ``out`` writes it as JSON and ``examples_out`` the per-example records as
+    JSONL, both atomically.
+    """
+    tasks = list(dict.fromkeys(tasks))
+    if not tasks:
+        raise ValueError("no tasks given")
+    for name in tasks:
+        if name != VALIDATION:
+            get_task(name)
+    if VALIDATION in tasks and val_data is None:
+        raise ValueError("the validation task needs a prepared dataset directory (--val-data DIR)")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    for name in tasks:  # missing data files are reported before the model is loaded
+        if name != VALIDATION:
+            task_files(TASKS[name], data_dir)
+
+    model, directory = load_model(checkpoint, device)
+    tok, tok_hash = checked_tokenizer(directory, tokenizer)
+    if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer has {tok.get_vocab_size(with_added_tokens=True)} tokens, "
+            f"more than the model's vocab_size {model.config.vocab_size}"
+        )
+    results: dict[str, Any] = {
+        "tasks": {},
+        "checkpoint": str(directory),
+        "step": _read_meta(directory).get("step"),
+        "tokenizer_hash": tok_hash,
+        "git_commit": git_commit(),
+        "model": {"interface": model.config.interface.name, "max_seq_len": model.config.max_seq_len},
+        "eval_data": str(eval_data_dir(data_dir)),
+        "limit": limit,
+        "batch_size": batch_size,
+        "device": str(device),
+        "bootstrap_iters": bootstrap_iters,
+        "semantics": LM_EVAL_SEMANTICS,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    examples: list[dict[str, Any]] = []
+    for name in tasks:
+        if name == VALIDATION:
+            from tablefree.evaluate.validation import validation_metrics
+
+            entry = validation_metrics(
+                model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
+            )
+        else:
+            entry, records = evaluate_task(
+                model, tok, TASKS[name], data_dir, limit, batch_size, bootstrap_iters, progress=progress
+            )
+            examples.extend(records)
+        results["tasks"][name] = entry
+    if examples_out is not None:
+        write_jsonl_atomic(examples_out, examples)
+    if out is not None:
+        write_json_atomic(out, results)
+    return results
+
+
+def evaluate_task(
+    model: torch.nn.Module,
+    tokenizer,
+    task: Task,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    batch_size: int = 32,
+    bootstrap_iters: int = 100_000,
+    *,
+    progress: bool = False,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(result entry, per-example records) of one task."""
+    docs = load_docs(task, data_dir, limit)
+    doc_requests = [build_requests(task, doc.fields) for doc in docs]
+    pairs = [pair for requests in doc_requests for pair in requests.pairs]
+    token_requests = encode_pairs(tokenizer, pairs, prefix_token_id(tokenizer))
+    scores = iter(loglikelihoods(model, token_requests, batch_size, progress=progress))
+    records = []
+    for doc, requests in zip(docs, doc_requests, strict=True):
+        lls, greedy = zip(*(next(scores) for _ in requests.pairs), strict=True)
+        record: dict[str, Any] = {"task": task.name, "doc_id": doc.index, "loglikelihoods": list(lls)}
+        if task.output_type == "loglikelihood":
+            target = requests.pairs[0][1]
+            record.update(pred=None, gold=target, greedy=greedy[0], acc=int(greedy[0]))
+        else:
+            record.update(gold=requests.gold, greedy=list(greedy))
+            record.update(multiple_choice_scores(lls, requests.choices, requests.gold))
+        records.append(record)
+    metrics, stderr = {}, {}
+    for metric in task.metrics:
+        if metric == "perplexity":
+            values = [r["loglikelihoods"][0] for r in records]
+        else:
+            values = [r[metric] for r in records]
+        metrics[metric], stderr[metric] = aggregate(metric, values, bootstrap_iters)
+    paths = task_files(task, data_dir)
+    entry = {
+        "metrics": metrics,
+        "stderr": stderr,
+        "n": len(records),
+        "headline": task.headline,
+        "higher_is_better": {m: m != "perplexity" for m in task.metrics},
+        "lm_eval_task": task.lm_eval_task,
+        "data_sha256": {name: file_sha256(path) for name, path in zip(task.files, paths, strict=True)},
+    }
+    return entry, records
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Tokenizer checks
+
+
+def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
+    """(tokenizer, its hash) for a checkpoint; refuses one that differs from the checkpoint's record."""
+    from tablefree.data.tokenizer import load_tokenizer, tokenizer_hash
+
+    recorded = _read_meta(directory).get("tokenizer_hash")
+    own_file = directory / TOKENIZER_FILE
+    if tokenizer is None and not own_file.exists():
+        raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass --tokenizer PATH")
+    source = own_file if tokenizer is None else tokenizer
+    tok = load_tokenizer(str(source))
+    digest = tokenizer_hash(tok)
+    if recorded is not None and digest != recorded:
+        raise ValueError(
+            f"tokenizer {source} (sha256 {digest[:12]}…) does not match the tokenizer_hash "
+            f"{recorded[:12]}… recorded in {directory / META_FILE}; refusing to evaluate"
+        )
+    if tokenizer is not None and own_file.exists():
+        own = tokenizer_hash(load_tokenizer(str(own_file)))
+        if own != digest:
+            raise ValueError(
+                f"tokenizer {source} (sha256 {digest[:12]}…) differs from the checkpoint's own "
+                f"{own_file} ({own[:12]}…); refusing to evaluate"
+            )
+    return tok, digest
+
+
+def prefix_token_id(tokenizer) -> int:
+    """The token lm-eval conditions on when a context is empty: EOT."""
+    from tablefree.data.tokenizer import eot_id
+
+    return eot_id(tokenizer)
+
+
+def _read_meta(directory: Path) -> dict[str, Any]:
+    path = directory / META_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def git_commit() -> str | None:
+    """The tablefree source tree's git commit, when it is a git checkout."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit or None
+
+
+def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Printed table
+
+
+def format_results(results: dict[str, Any]) -> str:
+    """A fixed-width table: task, metric (* = headline), value, ± stderr, n."""
+    lines = [f"{'task':<14} {'metric':<15} {'value':>10} {'± stderr':>10} {'n':>7}"]
+    lines.append("-" * len(lines[0]))
+    for name, entry in results["tasks"].items():
+        for metric, value in entry["metrics"].items():
+            err = entry["stderr"].get(metric)
+            mark = "*" if metric == entry.get("headline") else " "
+            err_text = _number(err) if err is not None else "n/a"
+            lines.append(
+                f"{name:<14} {metric + mark:<15} {_number(value):>10} {err_text:>10} {entry['n']:>7}"
+            )
+    return "\n".join(lines)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}" if abs(value) < 1e4 else f"{value:.4g}"
