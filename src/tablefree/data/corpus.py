@@ -1,0 +1,446 @@
+"""Reading raw text corpora: files, encodings and junk.
+
+A corpus is one or more paths; directories are read recursively in sorted order. Supported files:
+
+- ``.txt`` — one document per file;
+- ``.jsonl`` — one JSON object per line, the document in a named field (``text_field``, default ``"text"``);
+- ``.parquet`` — one document per row, in a named string column (``text_field``);
+
+``.txt`` and ``.jsonl`` may also be compressed: ``.txt.gz``, ``.jsonl.zst`` and so on.
+
+Encodings are detected per file: UTF-8 (with or without a byte-order mark; UTF-16 with a BOM also), otherwise
+the file is decoded as Windows-1252, or as ISO-8859-1 (Latin-1) when it holds bytes that CP1252 leaves
+undefined. The two agree on every byte outside 0x80–0x9F, so a file without such bytes is reported as
+``latin-1``. Files that needed a fallback are counted in the summary.
+
+Junk is counted and named, never silently dropped: binary files, empty files and documents, unreadable
+(corrupt) compressed files, invalid JSON lines, records without the text field (or with a non-string one),
+and files of unsupported types. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
+names the file and line. Blank lines in JSONL files are not junk.
+
+Use :class:`Corpus`: ``scan()`` makes one pass (sha256 of every file, encodings, document counts, junk) and
+``documents()`` yields the valid documents in a fixed order.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import hashlib
+import io
+import json
+import re
+import zlib
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import zstandard
+
+READ_BLOCK = 1 << 20
+SNIFF_BYTES = 8192
+KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
+# Bytes that Windows-1252 leaves undefined: a file holding them is decoded as Latin-1.
+_CP1252_UNDEFINED = re.compile(rb"[\x81\x8d\x8f\x90\x9d]")
+_C1_BYTES = re.compile(rb"[\x80-\x9f]")
+# Control characters that do not occur in text (everything below 0x20 except \t \n \v \f \r and ESC).
+_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: Path
+    rel: str  # path relative to the corpus root it was found under: names the file in manifests and errors
+    kind: str  # "txt", "jsonl" or "parquet"
+    compression: str | None  # None, "gz" or "zst"
+
+
+@dataclass
+class Junk:
+    """One piece of junk: a file (line ``None``) or a line/row of a file that was skipped, and why."""
+
+    file: str
+    line: int | None
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        return f"{where}: {self.kind}: {self.detail}"
+
+
+@dataclass
+class FileInfo:
+    file: str
+    sha256: str
+    bytes: int
+    encoding: str | None  # None for junk files and parquet (UTF-8 by specification)
+    documents: int
+
+
+@dataclass
+class CorpusSummary:
+    files: list[FileInfo] = field(default_factory=list)
+    junk: list[Junk] = field(default_factory=list)
+
+    @property
+    def documents(self) -> int:
+        return sum(f.documents for f in self.files)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def encodings(self) -> dict[str, int]:
+        return dict(sorted(Counter(f.encoding for f in self.files if f.encoding).items()))
+
+    @property
+    def fallback_files(self) -> list[str]:
+        return [f.file for f in self.files if f.encoding in ("cp1252", "latin-1")]
+
+    def as_dict(self) -> dict:
+        return {
+            "files": len(self.files),
+            "documents": self.documents,
+            "bytes": self.bytes,
+            "encodings": self.encodings,
+            "encoding_fallbacks": len(self.fallback_files),
+            "fallback_files": self.fallback_files,
+            "junk": dict(sorted(Counter(j.kind for j in self.junk).items())),
+            "junk_items": [asdict(j) for j in self.junk],
+        }
+
+    def format(self, max_junk: int = 20) -> str:
+        """A human summary: counts, encodings, fallbacks and the junk (first ``max_junk`` named)."""
+        lines = [
+            f"{len(self.files)} files, {self.documents:,} documents, {self.bytes / 1e6:.1f} MB",
+            "encodings: " + ", ".join(f"{name} {n}" for name, n in self.encodings.items()),
+            f"encoding fallbacks (CP1252/Latin-1): {len(self.fallback_files)} files",
+        ]
+        if self.junk:
+            counts = Counter(j.kind for j in self.junk)
+            lines.append("junk: " + ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())))
+            lines += [f"  {j}" for j in self.junk[:max_junk]]
+            if len(self.junk) > max_junk:
+                lines.append(f"  ... and {len(self.junk) - max_junk} more")
+        else:
+            lines.append("junk: none")
+        return "\n".join(lines)
+
+
+class JunkError(ValueError):
+    """Raised in strict mode; the message names the file and line."""
+
+
+def list_sources(paths: str | Path | Sequence[str | Path]) -> tuple[list[SourceFile], list[Junk]]:
+    """The corpus files under ``paths`` (directories recursively, sorted), and the unsupported files found."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files, unsupported = [], []
+    for root in map(Path, paths):
+        if not root.exists():
+            raise FileNotFoundError(f"corpus path not found: {root}")
+        if root.is_dir():
+            found = sorted(p for p in root.rglob("*") if p.is_file())
+            base = root
+        else:
+            found, base = [root], root.parent
+        for path in found:
+            rel = path.relative_to(base).as_posix()
+            kind, compression = file_type(path)
+            if kind is None:
+                unsupported.append(Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet ({path.name})"))
+            else:
+                files.append(SourceFile(path, rel, kind, compression))
+    return files, unsupported
+
+
+def file_type(path: Path) -> tuple[str | None, str | None]:
+    suffixes = [s.lower() for s in path.suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    kind = KINDS.get(suffixes[-1]) if suffixes else None
+    if kind == "parquet" and compression:
+        return None, None  # parquet compresses internally
+    return kind, compression
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(READ_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
+    """A binary stream of the file's (decompressed) bytes."""
+    if source.compression == "gz":
+        return gzip.open(source.path, "rb")
+    if source.compression == "zst":
+        raw = open(source.path, "rb")  # noqa: SIM115 - closed by the reader (closefd)
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
+        return io.BufferedReader(reader, READ_BLOCK)
+    return open(source.path, "rb")
+
+
+_DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+
+
+def sniff_stream(source: SourceFile) -> tuple[str, Junk | None]:
+    """Stream a file once: its encoding, or ("junk", why) for a binary or empty file. Memory stays O(block)."""
+    with open_decompressed(source) as stream:
+        head = stream.read(SNIFF_BYTES)
+        if looks_binary(head):
+            return "junk", Junk(source.rel, None, "binary", "holds NUL or control bytes")
+        if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            return "utf-16", None
+        bom = head.startswith(codecs.BOM_UTF8)
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        utf8, has_text, c1, undefined = True, False, False, False
+        block = head[len(codecs.BOM_UTF8) :] if bom else head
+        while block:
+            has_text = has_text or bool(block.strip())
+            if utf8:
+                try:
+                    decoder.decode(block)
+                except UnicodeDecodeError:
+                    utf8 = False
+            c1 = c1 or bool(_C1_BYTES.search(block))
+            undefined = undefined or bool(_CP1252_UNDEFINED.search(block))
+            block = stream.read(READ_BLOCK)
+        if utf8:
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                utf8 = False
+    if not has_text:
+        return "junk", Junk(source.rel, None, "empty", "no text")
+    if utf8:
+        return ("utf-8-sig" if bom else "utf-8"), None
+    return ("cp1252" if c1 and not undefined else "latin-1"), None
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the first bytes of a file are not text (NUL or other control bytes)."""
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return False
+    if b"\x00" in head:
+        return True
+    return len(_BINARY_BYTES.findall(head)) > 0.05 * max(1, len(head))
+
+
+# Project Gutenberg boilerplate: the text starts after the START line (or the old "small print" end) and ends
+# before the END line. Without markers the text is kept whole.
+_GUTENBERG_START = re.compile(
+    r"^(\*{3}\s*START OF (THE|THIS) PROJECT GUTENBERG E-?BOOK.*|\*END\*THE SMALL PRINT!.*)$",
+    re.IGNORECASE | re.MULTILINE,
+)
+_GUTENBERG_END = re.compile(
+    r"^(\*{3}\s*END OF (THE|THIS) PROJECT GUTENBERG E-?BOOK.*|End of (the )?Project Gutenberg'?s? .*)$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def strip_gutenberg(text: str) -> str:
+    """The text between Project Gutenberg's START and END marker lines (either may be absent)."""
+    start = _GUTENBERG_START.search(text)
+    if start:
+        text = text[start.end() :]
+    end = _GUTENBERG_END.search(text)
+    if end:
+        text = text[: end.start()]
+    return text.strip("\n\r") + "\n" if (start or end) else text
+
+
+class Corpus:
+    """A corpus of text files (see the module docstring for formats, encodings and junk).
+
+    ``scan()`` must run before ``documents(start)`` is asked for a start other than 0; ``scan()`` fills
+    :attr:`summary` and per-file document counts, so the i-th valid document has a stable global index.
+    """
+
+    def __init__(
+        self,
+        paths: str | Path | Sequence[str | Path],
+        *,
+        text_field: str = "text",
+        strict: bool = False,
+        gutenberg: bool = False,
+    ) -> None:
+        self.paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+        self.text_field, self.strict, self.gutenberg = text_field, strict, gutenberg
+        self.sources, unsupported = list_sources(self.paths)
+        self.summary: CorpusSummary | None = None
+        self._encodings: dict[str, str | None] = {}
+        self._pending_junk = unsupported
+        for junk in unsupported:
+            self._junk(junk, None)
+
+    # -- scanning ---------------------------------------------------------------------------------------
+
+    def scan(self) -> CorpusSummary:
+        """One pass over every file: sha256, size, encoding, valid document count and junk."""
+        summary = CorpusSummary(junk=list(self._pending_junk))
+        for source in self.sources:
+            info = FileInfo(source.rel, sha256_file(source.path), source.path.stat().st_size, None, 0)
+            info.encoding = self._file_encoding(source, summary.junk)
+            if info.encoding != "junk":
+                for item in self._file_documents(source, info.encoding):
+                    if isinstance(item, Junk):
+                        self._junk(item, summary.junk)
+                    else:
+                        info.documents += 1
+            else:
+                info.encoding = None
+            summary.files.append(info)
+        if not self.sources:
+            raise ValueError(f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}")
+        self.summary = summary
+        return summary
+
+    @property
+    def num_documents(self) -> int:
+        if self.summary is None:
+            raise RuntimeError("Corpus.scan() must run first")
+        return self.summary.documents
+
+    def file_document_ranges(self) -> list[tuple[int, int]]:
+        """[first, end) global document indices of each source file (after ``scan()``)."""
+        if self.summary is None:
+            raise RuntimeError("Corpus.scan() must run first")
+        ranges, start = [], 0
+        for info in self.summary.files:
+            ranges.append((start, start + info.documents))
+            start += info.documents
+        return ranges
+
+    # -- reading ----------------------------------------------------------------------------------------
+
+    def documents(self, start: int = 0) -> Iterator[str]:
+        """The valid documents in order, from global index ``start``. Files wholly before ``start`` are not
+        read. Junk is skipped (it was reported by ``scan()``; in strict mode it raises)."""
+        if start and self.summary is None:
+            raise RuntimeError("Corpus.scan() must run before documents(start > 0)")
+        ranges = self.file_document_ranges() if self.summary is not None else None
+        index = 0
+        for i, source in enumerate(self.sources):
+            if ranges is not None:
+                first, end = ranges[i]
+                if end <= start or first == end:
+                    index = end
+                    continue
+            encoding = self._encodings.get(source.rel) or self._file_encoding(source, None)
+            if encoding == "junk":
+                continue
+            for item in self._file_documents(source, encoding):
+                if isinstance(item, Junk):
+                    self._junk(item, None)
+                    continue
+                if index >= start:
+                    yield item
+                index += 1
+
+    def __iter__(self) -> Iterator[str]:
+        return self.documents()
+
+    def _junk(self, junk: Junk, found: list[Junk] | None) -> None:
+        if self.strict:
+            raise JunkError(f"{junk} (strict mode; run without --strict to skip and report junk)")
+        if found is not None:
+            found.append(junk)
+
+    def _file_encoding(self, source: SourceFile, found: list[Junk] | None) -> str:
+        """The file's text encoding, or "junk" after reporting a binary, empty or unreadable file."""
+        if source.kind == "parquet":
+            encoding = "utf-8"  # parquet strings are UTF-8 by specification
+            try:
+                import pyarrow.parquet as pq
+
+                pq.ParquetFile(source.path).schema_arrow  # noqa: B018 - reads and checks the footer
+            except Exception as error:
+                self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
+                encoding = "junk"
+            self._encodings[source.rel] = encoding
+            return encoding
+        try:
+            encoding, problem = sniff_stream(source)
+        except _DECOMPRESSION_ERRORS as error:
+            encoding, problem = (
+                "junk",
+                Junk(source.rel, None, "unreadable", f"corrupt {source.compression} data ({error})"),
+            )
+        if problem is not None:
+            self._junk(problem, found)
+        self._encodings[source.rel] = encoding
+        return encoding
+
+    def _read_all(self, source: SourceFile) -> bytes:
+        with open_decompressed(source) as stream:
+            return stream.read()
+
+    def _file_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
+        if source.kind == "txt":
+            yield from self._txt_documents(source, encoding)
+        elif source.kind == "jsonl":
+            yield from self._jsonl_documents(source, encoding)
+        else:
+            yield from self._parquet_documents(source)
+
+    def _clean(self, text: str) -> str:
+        return strip_gutenberg(text) if self.gutenberg else text
+
+    def _txt_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
+        text = self._clean(self._read_all(source).decode(encoding))
+        if text.strip():
+            yield text
+        else:
+            yield Junk(source.rel, None, "empty", "no text after removing boilerplate")
+
+    def _jsonl_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
+        with io.TextIOWrapper(open_decompressed(source), encoding=encoding, newline="\n") as lines:
+            for line_no, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    yield Junk(source.rel, line_no, "invalid-json", str(error))
+                    continue
+                yield self._record_text(record, source.rel, line_no)
+
+    def _record_text(self, record: object, file: str, line: int) -> str | Junk:
+        if not isinstance(record, dict) or self.text_field not in record:
+            return Junk(file, line, "missing-field", f"no field {self.text_field!r}")
+        text = record[self.text_field]
+        if not isinstance(text, str):
+            return Junk(
+                file, line, "bad-field", f"field {self.text_field!r} is {type(text).__name__}, not a string"
+            )
+        text = self._clean(text)
+        if not text.strip():
+            return Junk(file, line, "empty", f"field {self.text_field!r} holds no text")
+        return text
+
+    def _parquet_documents(self, source: SourceFile) -> Iterator[str | Junk]:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(source.path)
+        if self.text_field not in parquet.schema_arrow.names:
+            yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
+            return
+        row = 0
+        for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                if value is None:
+                    yield Junk(source.rel, row, "missing-field", f"column {self.text_field!r} is null")
+                elif not isinstance(value, str):
+                    yield Junk(source.rel, row, "bad-field", f"column {self.text_field!r} is not a string")
+                else:
+                    text = self._clean(value)
+                    yield text if text.strip() else Junk(source.rel, row, "empty", "no text")

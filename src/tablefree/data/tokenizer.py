@@ -1,0 +1,180 @@
+"""Tokenizers: training a byte-level BPE, loading any ``tokenizer.json``, and identifying a tokenizer exactly.
+
+The fixed input codes make the token id the model's whole input, so a tokenizer is identified by the sha256 of
+its canonical JSON (``Tokenizer.to_str()``): :func:`tokenizer_hash`. Datasets and checkpoints record that hash,
+and a mismatch is an error (:func:`check_tokenizer`).
+
+Our trained tokenizers are byte-level BPE (GPT-2 style: ByteLevel pre-tokenizer without a prefix space, the 256
+byte symbols always in the vocabulary, no normalizer), so any text round-trips exactly, with ``<|endoftext|>`` as
+id 0. Training is deterministic for a given corpus and settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tablefree.data.corpus import Corpus
+
+EOT = "<|endoftext|>"
+# End-of-text tokens of other common tokenizers, tried after EOT by eot_id().
+EOT_ALTERNATIVES = ("<|end_of_text|>", "</s>", "<eos>", "<|eos|>")
+MIN_VOCAB = 256 + 1  # every byte, plus EOT
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def new_byte_level_bpe() -> Tokenizer:
+    """An untrained byte-level BPE tokenizer with our settings."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def train_tokenizer_from_texts(
+    texts: Iterable[str], vocab_size: int, out_path: str | Path | None = None, *, min_frequency: int = 2
+) -> Tokenizer:
+    """Train a byte-level BPE on an iterable of documents (see :func:`train_tokenizer`)."""
+    if vocab_size < MIN_VOCAB:
+        raise ValueError(f"vocab_size must be at least {MIN_VOCAB} (256 bytes + {EOT}), got {vocab_size}")
+    tokenizer = new_byte_level_bpe()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    if out_path is not None:
+        save_tokenizer(tokenizer, out_path)
+    return tokenizer
+
+
+def train_tokenizer(
+    sources: str | Path | Sequence[str | Path],
+    vocab_size: int,
+    out_path: str | Path | None = None,
+    *,
+    text_field: str = "text",
+    strict: bool = False,
+    gutenberg: bool = False,
+    min_frequency: int = 2,
+) -> Tokenizer:
+    """Train a byte-level BPE tokenizer with ``vocab_size`` entries (``<|endoftext|>`` included) on a corpus
+    (files or directories, read by :class:`tablefree.data.corpus.Corpus`), and save it to ``out_path``."""
+    corpus = Corpus(sources, text_field=text_field, strict=strict, gutenberg=gutenberg)
+    return train_tokenizer_from_texts(corpus.documents(), vocab_size, out_path, min_frequency=min_frequency)
+
+
+def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:
+    """Write ``tokenizer.json`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tokenizer.save(str(tmp))
+    os.replace(tmp, path)
+
+
+def load_tokenizer(path_or_hub_id: str | Path) -> Tokenizer:
+    """A tokenizer from a ``tokenizer.json`` file, a directory holding one, or a Hugging Face hub id
+    (``org/name``; needs the ``hub`` extra and network access)."""
+    path = Path(path_or_hub_id)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if path.is_file():
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as error:
+            raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({error})") from error
+    name = str(path_or_hub_id)
+    if not _HUB_ID.match(name) or name.endswith(".json"):
+        raise FileNotFoundError(f"tokenizer file not found: {name}")
+    return _load_from_hub(name)
+
+
+def _load_from_hub(repo_id: str) -> Tokenizer:
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError as error:
+        raise FileNotFoundError(
+            f"tokenizer {repo_id!r} is not a local file, and loading it from the Hugging Face hub needs the "
+            "`hub` extra (pip install 'tablefree[hub]')"
+        ) from error
+    try:
+        local = hf_hub_download(repo_id, "tokenizer.json")
+    except Exception as error:
+        raise FileNotFoundError(
+            f"tokenizer {repo_id!r} is not a local file, and fetching tokenizer.json from the Hugging Face hub "
+            f"failed ({type(error).__name__}: {error})"
+        ) from error
+    return Tokenizer.from_file(local)
+
+
+def tokenizer_hash(tokenizer_or_path: Tokenizer | str | Path) -> str:
+    """sha256 (hex) of the tokenizer's canonical JSON, ``Tokenizer.to_str()``."""
+    tokenizer = (
+        tokenizer_or_path if isinstance(tokenizer_or_path, Tokenizer) else load_tokenizer(tokenizer_or_path)
+    )
+    return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+def eot_id(tokenizer: Tokenizer) -> int:
+    """The id of the end-of-text token (``<|endoftext|>``, else a common alternative such as ``</s>``)."""
+    for token in (EOT, *EOT_ALTERNATIVES):
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            return token_id
+    raise ValueError(f"tokenizer has no end-of-text token (looked for {', '.join((EOT, *EOT_ALTERNATIVES))})")
+
+
+def check_tokenizer(expected_hash: str, tokenizer: Tokenizer | str | Path, where: str) -> None:
+    """Raise a ValueError when ``tokenizer`` is not the one whose hash ``where`` (a manifest, a checkpoint)
+    records."""
+    actual = tokenizer_hash(tokenizer)
+    if actual != expected_hash:
+        raise ValueError(
+            f"tokenizer mismatch: {where} was made with tokenizer {expected_hash[:16]}…, "
+            f"but the given tokenizer is {actual[:16]}…"
+        )
+
+
+def is_split_safe(tokenizer: Tokenizer) -> bool:
+    """True when encoding a text in pieces cut by :func:`split_points` gives exactly the tokens of the whole:
+    no normalizer, and GPT-2's byte-level pre-tokenizer without a prefix space (its regex never joins a
+    newline to a following non-space character)."""
+    import json
+
+    spec = json.loads(tokenizer.to_str())
+    pre = spec.get("pre_tokenizer") or {}
+    return (
+        spec.get("normalizer") is None
+        and spec.get("model", {}).get("type") == "BPE"
+        and not spec.get("model", {}).get("dropout")
+        and pre.get("type") == "ByteLevel"
+        and not pre.get("add_prefix_space", True)
+        and pre.get("use_regex", True)
+    )
+
+
+def split_points(text: str, piece_chars: int) -> Iterator[int]:
+    """Cut positions about ``piece_chars`` apart, each right after a newline that follows a non-space
+    character and precedes one: there the byte-level pre-tokenizer always splits the text anyway."""
+    position = piece_chars
+    while True:
+        cut = text.find("\n", position)
+        while cut != -1 and not _safe_cut(text, cut):
+            cut = text.find("\n", cut + 1)
+        if cut == -1:
+            return
+        yield cut + 1
+        position = cut + 1 + piece_chars
+
+
+def _safe_cut(text: str, newline: int) -> bool:
+    return 0 < newline < len(text) - 1 and not text[newline - 1].isspace() and not text[newline + 1].isspace()
