@@ -1,0 +1,593 @@
+"""``prepare_dataset``: corpus → tokenizer → train/val token shards + ``manifest.json``.
+
+Layout of a prepared dataset directory::
+
+    tokenizer.json          # copy of the tokenizer (its sha256 of to_str() is the manifest's tokenizer_hash)
+    train_000000.bin ...    # llm.c / modded-nanogpt shards (see tablefree.data.shards)
+    val_000000.bin ...
+    manifest.json           # written LAST: its presence marks a complete dataset
+
+Each document becomes ``[EOT] + tokens(document)`` (llm.c's convention: the end-of-text token *precedes*
+every document, so it separates documents). Documents go to ``val`` or ``train`` whole: for a local corpus
+exactly ``max(1, round(val_fraction · N))`` of the N documents are drawn for ``val`` with
+``numpy.random.default_rng(seed)``; for a streamed hub dataset (N unknown) each document's index is hashed with
+the seed and compared with ``val_fraction``. Each split's token stream is cut into shards of exactly
+``shard_tokens`` tokens (the last one shorter), so shard boundaries depend only on the inputs and settings.
+
+Interruption and resume: every shard is written atomically, and after each one a small journal
+(``.prepare-state.json``) records it with its sha256 and the resume cursor of its split (the document and the
+number of that document's tokens already written). A re-run with the same inputs and settings verifies the
+journalled shards, keeps the valid ones, re-reads the corpus from the earliest cursor, tokenizes only what is
+missing and writes the remaining shards — byte-identical to an uninterrupted run. A directory prepared with other
+inputs, settings or another tokenizer is an error (``overwrite=True`` starts afresh).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
+from tablefree.data.loader import MANIFEST
+from tablefree.data.shards import version_for_vocab, write_shard
+from tablefree.data.tokenizer import (
+    check_tokenizer,
+    eot_id,
+    is_split_safe,
+    load_tokenizer,
+    save_tokenizer,
+    split_points,
+    tokenizer_hash,
+    train_tokenizer_from_texts,
+)
+
+MANIFEST_VERSION = 1
+STATE_FILE = ".prepare-state.json"
+TOKENIZER_FILE = "tokenizer.json"
+SPLITS = ("train", "val")
+DEFAULT_SHARD_TOKENS = 100_000_000  # as llm.c's and modded-nanogpt's FineWeb shards
+DEFAULT_VOCAB_SIZE = 32_768
+TASK_CHARS = 1 << 20  # text per worker task
+PIECE_CHARS = (
+    1 << 16
+)  # long documents are encoded in pieces of about this size (when exact; see tokenizer.py)
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A Hugging Face ``datasets`` dataset, streamed (``pip install 'tablefree[hub]'``). For a local test,
+    ``name="parquet"`` or ``"json"`` with ``data_files``."""
+
+    name: str
+    config: str | None = None
+    split: str = "train"
+    data_files: str | list[str] | None = None
+    revision: str | None = None
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+# -- the document stream -------------------------------------------------------------------------------------
+
+
+class LocalDocuments:
+    """Documents of local files, with exactly chosen validation documents."""
+
+    def __init__(self, corpus: Corpus, summary: CorpusSummary, val_fraction: float, seed: int) -> None:
+        self.corpus, self.summary = corpus, summary
+        total = summary.documents
+        n_val = 0 if val_fraction == 0 or total < 2 else max(1, round(val_fraction * total))
+        chosen = np.random.default_rng(seed).choice(total, size=n_val, replace=False) if n_val else []
+        self.val = {int(i) for i in chosen}
+        self.counts = {"train": total - n_val, "val": n_val}
+        self.rule = f"exact: {n_val} of {total} documents drawn with numpy default_rng(seed)"
+
+    def split_of(self, index: int) -> str:
+        return "val" if index in self.val else "train"
+
+    def documents(self, start: int) -> Iterator[str]:
+        return self.corpus.documents(start)
+
+
+class HubDocuments:
+    """Documents streamed through ``datasets``; the split of document i hashes (seed, i)."""
+
+    def __init__(
+        self, source: HubSource, text_field: str, val_fraction: float, seed: int, max_documents: int | None
+    ) -> None:
+        self.source, self.text_field = source, text_field
+        self.val_fraction, self.seed, self.max_documents = val_fraction, seed, max_documents
+        self.counts = None
+        self.junk: list[Junk] = []
+        self.rule = "hash: blake2b(seed:index) / 2^64 < val_fraction"
+
+    def split_of(self, index: int) -> str:
+        digest = hashlib.blake2b(f"{self.seed}:{index}".encode(), digest_size=8).digest()
+        return "val" if int.from_bytes(digest, "little") < self.val_fraction * 2**64 else "train"
+
+    def documents(self, start: int) -> Iterator[str]:
+        try:
+            import datasets
+        except ImportError as error:
+            raise ValueError(
+                "streaming a hub dataset needs the `hub` extra: pip install 'tablefree[hub]'"
+            ) from error
+        stream = datasets.load_dataset(
+            self.source.name,
+            self.source.config,
+            split=self.source.split,
+            data_files=self.source.data_files,
+            revision=self.source.revision,
+            streaming=True,
+        )
+        index = 0
+        for row, record in enumerate(stream, start=1):
+            if self.max_documents is not None and index >= self.max_documents:
+                return
+            text = record.get(self.text_field)
+            if not isinstance(text, str) or not text.strip():
+                self.junk.append(
+                    Junk(self.source.name, row, "missing-field", f"no text in {self.text_field!r}")
+                )
+                continue
+            if index >= start:
+                yield text
+            index += 1
+
+
+# -- tokenization workers -------------------------------------------------------------------------------------
+
+_worker_tokenizer: Tokenizer | None = None
+_worker_eot = 0
+_worker_dtype = np.dtype(np.uint16)
+
+
+def _init_worker(tokenizer_json: str, eot: int, dtype: str) -> None:
+    global _worker_tokenizer, _worker_eot, _worker_dtype
+    _worker_tokenizer, _worker_eot, _worker_dtype = Tokenizer.from_str(tokenizer_json), eot, np.dtype(dtype)
+
+
+def _encode_task(task: tuple[list[str], list[bool]]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Encode a task's pieces (one thread): their concatenated tokens, each piece's token count (an EOT is
+    prepended to every piece that starts a document), and the UTF-8 bytes encoded."""
+    pieces, firsts = task
+    arrays, lengths, nbytes = [], [], 0
+    for text, first in zip(pieces, firsts, strict=True):
+        ids = _worker_tokenizer.encode(text, add_special_tokens=False).ids
+        if first:
+            ids.insert(0, _worker_eot)
+        arrays.append(np.asarray(ids, dtype=_worker_dtype))
+        lengths.append(len(ids))
+        nbytes += len(text.encode("utf-8"))
+    tokens = np.concatenate(arrays) if arrays else np.empty(0, _worker_dtype)
+    return tokens, np.asarray(lengths, dtype=np.int64), nbytes
+
+
+class _InProcess:
+    """The single-worker path: tasks are encoded in this process (no pool)."""
+
+    def __init__(self, tokenizer_json: str, eot: int, dtype: str) -> None:
+        _init_worker(tokenizer_json, eot, dtype)
+
+    def apply_async(self, func, args):  # mirrors multiprocessing.pool.Pool
+        result = func(*args)
+        return _Done(result)
+
+    def close(self) -> None:
+        pass
+
+    def terminate(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+
+class _Done:
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+def _make_pool(workers: int, tokenizer: Tokenizer, eot: int, dtype: np.dtype):
+    args = (tokenizer.to_str(), eot, dtype.str)
+    if workers <= 1:
+        return _InProcess(*args)
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # Workers are single-threaded; telling tokenizers so before forking also silences its fork warning.
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        return multiprocessing.get_context(method).Pool(workers, initializer=_init_worker, initargs=args)
+    finally:
+        if previous is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+
+# -- shard writing and the journal -----------------------------------------------------------------------------
+
+
+class SplitWriter:
+    """Accumulates one split's token stream and writes it as fixed-size shards, journalling each."""
+
+    def __init__(
+        self, out_dir: Path, split: str, shard_tokens: int, vocab_size: int, saved: dict | None
+    ) -> None:
+        self.out_dir, self.split, self.shard_tokens, self.vocab_size = (
+            out_dir,
+            split,
+            shard_tokens,
+            vocab_size,
+        )
+        self.dtype = np.dtype(np.uint16 if version_for_vocab(vocab_size) == 1 else np.uint32)
+        saved = saved or {"shards": [], "cursor": [-1, 0, 0], "done": False}
+        self.shards: list[dict] = saved["shards"]
+        self.done: bool = saved["done"]
+        # The cursor after the last shard written: [document index, tokens of that document already in
+        # shards, documents of this split started so far]. A resumed run continues from it.
+        self.cursor: list[int] = list(saved["cursor"])
+        self.resume_doc, self.resume_skip, self.documents = self.cursor
+        self.doc, self.doc_tokens = -1, 0
+        self.buffer: np.ndarray | None = None
+        self.fill = 0
+
+    def state(self) -> dict:
+        return {"shards": self.shards, "cursor": self.cursor, "done": self.done}
+
+    def wants(self, doc: int) -> bool:
+        """Whether document ``doc`` (of this split) still has tokens to write."""
+        return not self.done and doc >= self.resume_doc
+
+    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard) -> None:
+        if doc != self.doc:
+            self.doc, self.doc_tokens = doc, 0
+        if first and doc != self.resume_doc:
+            self.documents += 1
+        if doc == self.resume_doc and self.doc_tokens < self.resume_skip:
+            drop = min(self.resume_skip - self.doc_tokens, len(tokens))
+            self.doc_tokens += drop
+            tokens = tokens[drop:]
+        if self.buffer is None:
+            self.buffer = np.empty(self.shard_tokens, dtype=self.dtype)
+        while len(tokens):
+            take = min(self.shard_tokens - self.fill, len(tokens))
+            self.buffer[self.fill : self.fill + take] = tokens[:take]
+            self.fill += take
+            self.doc_tokens += take
+            tokens = tokens[take:]
+            if self.fill == self.shard_tokens:
+                self._write(on_shard)
+
+    def finish(self, on_shard) -> None:
+        if self.fill or not self.shards:
+            self._write(on_shard)
+        self.done = True
+        on_shard()
+
+    def _write(self, on_shard) -> None:
+        name = f"{self.split}_{len(self.shards):06d}.bin"
+        tokens = self.buffer[: self.fill] if self.buffer is not None else np.empty(0, self.dtype)
+        if len(tokens) == 0 and self.split == "train":
+            raise ValueError("the corpus produced no training tokens")
+        self.cursor = [self.doc, self.doc_tokens, self.documents]
+        if len(tokens):
+            path = self.out_dir / name
+            write_shard(path, tokens, self.vocab_size)
+            self.shards.append(
+                {"file": name, "tokens": len(tokens), "sha256": sha256_file(path), "cursor": self.cursor}
+            )
+        self.fill = 0
+        on_shard()
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _valid_prefix(out_dir: Path, saved: dict) -> dict:
+    """The journalled state of a split, cut back to its last shard that is on disk and intact."""
+    good = 0
+    for shard in saved["shards"]:
+        path = out_dir / shard["file"]
+        if not path.exists() or sha256_file(path) != shard["sha256"]:
+            break
+        good += 1
+    if good == len(saved["shards"]):
+        return saved
+    keep = saved["shards"][:good]
+    cursor = keep[-1]["cursor"] if keep else [-1, 0, 0]
+    return {"shards": keep, "cursor": cursor, "done": False}
+
+
+# -- the pipeline ----------------------------------------------------------------------------------------------
+
+
+def prepare_dataset(
+    corpus: str | Path | Sequence[str | Path] | None,
+    out_dir: str | Path,
+    tokenizer: str | Path | Tokenizer | None = None,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
+    val_fraction: float = 0.005,
+    workers: int | None = None,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    seed: int = 0,
+    *,
+    text_field: str = "text",
+    strict: bool = False,
+    gutenberg: bool = False,
+    hub: HubSource | None = None,
+    max_documents: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Tokenize a corpus into train/val shards in ``out_dir`` and return the manifest (see the module
+    docstring). ``tokenizer``: a path, hub id or Tokenizer; when None, a byte-level BPE of ``vocab_size`` is
+    trained on the training documents. ``workers``: tokenizing processes (default: all CPUs)."""
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"val_fraction must lie in [0, 1), got {val_fraction}")
+    if shard_tokens < 1:
+        raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
+    if (corpus is None) == (hub is None):
+        raise ValueError("give either a corpus path or a hub dataset, not both")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workers = workers or os.cpu_count() or 1
+    if overwrite:
+        _clear(out_dir)
+    _remove_temp_files(out_dir)
+
+    if hub is None:
+        reader = Corpus(corpus, text_field=text_field, strict=strict, gutenberg=gutenberg)
+        summary = reader.scan()
+        docs = LocalDocuments(reader, summary, val_fraction, seed)
+        sources = [asdict(f) for f in summary.files]
+    else:
+        summary = None
+        docs = HubDocuments(hub, text_field, val_fraction, seed, max_documents)
+        sources = [{"hub": hub.as_dict(), "max_documents": max_documents}]
+
+    settings = {
+        "val_fraction": val_fraction,
+        "seed": seed,
+        "shard_tokens": shard_tokens,
+        "text_field": text_field,
+        "gutenberg": gutenberg,
+        "split_rule": docs.rule,
+    }
+    tok = _resolve_tokenizer(tokenizer, out_dir, vocab_size, docs)
+    tok_hash = tokenizer_hash(tok)
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            {"sources": sources, "settings": settings, "tokenizer_hash": tok_hash}, sort_keys=True
+        ).encode()
+    ).hexdigest()
+
+    existing = out_dir / MANIFEST
+    if existing.exists():
+        manifest = json.loads(existing.read_text(encoding="utf-8"))
+        check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
+        if manifest.get("fingerprint") != fingerprint:
+            raise ValueError(
+                f"{existing}: this directory holds a dataset prepared from other inputs or settings; "
+                "use another --out, or --overwrite"
+            )
+        return manifest  # already complete
+    state = _load_state(out_dir, tok, fingerprint)
+    if tokenizer is not None or not (out_dir / TOKENIZER_FILE).exists():
+        save_tokenizer(tok, out_dir / TOKENIZER_FILE)
+
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    writers = {
+        split: SplitWriter(
+            out_dir, split, shard_tokens, vocab, _valid_prefix(out_dir, state["splits"][split])
+        )
+        if state
+        else SplitWriter(out_dir, split, shard_tokens, vocab, None)
+        for split in SPLITS
+    }
+
+    def journal() -> None:
+        _write_json_atomic(
+            out_dir / STATE_FILE,
+            {
+                "fingerprint": fingerprint,
+                "tokenizer_hash": tok_hash,
+                "splits": {s: w.state() for s, w in writers.items()},
+            },
+        )
+
+    _tokenize(docs, tok, writers, workers, journal, progress)
+    for writer in writers.values():
+        if not writer.done:
+            writer.finish(journal)
+
+    manifest = _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus)
+    _write_json_atomic(out_dir / MANIFEST, manifest)
+    (out_dir / STATE_FILE).unlink(missing_ok=True)
+    return manifest
+
+
+def _resolve_tokenizer(tokenizer, out_dir: Path, vocab_size: int, docs) -> Tokenizer:
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer)
+    saved = out_dir / TOKENIZER_FILE
+    state_path = out_dir / STATE_FILE
+    if saved.exists() and (state_path.exists() or (out_dir / MANIFEST).exists()):
+        # A resumed run (or a finished one) that trained its own tokenizer: reuse it, as training is slow.
+        return load_tokenizer(saved)
+    texts = (text for i, text in enumerate(docs.documents(0)) if docs.split_of(i) == "train")
+    return train_tokenizer_from_texts(texts, vocab_size, saved)
+
+
+def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
+    path = out_dir / STATE_FILE
+    if not path.exists():
+        if any(out_dir.glob("*_[0-9][0-9][0-9][0-9][0-9][0-9].bin")):
+            raise ValueError(
+                f"{out_dir} holds shards but no manifest or journal; use another --out, or --overwrite"
+            )
+        return None
+    state = json.loads(path.read_text(encoding="utf-8"))
+    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir}")
+    if state["fingerprint"] != fingerprint:
+        raise ValueError(
+            f"{path}: an interrupted preparation of other inputs or settings is here; use another --out, "
+            "or --overwrite"
+        )
+    return state
+
+
+def _clear(out_dir: Path) -> None:
+    for path in [
+        *out_dir.glob("*_[0-9][0-9][0-9][0-9][0-9][0-9].bin"),
+        out_dir / MANIFEST,
+        out_dir / STATE_FILE,
+    ]:
+        path.unlink(missing_ok=True)
+
+
+def _remove_temp_files(out_dir: Path) -> None:
+    """Temp files of a killed run: never valid, as renaming into place is the last step of every write."""
+    for path in out_dir.glob(".*.tmp.*"):
+        path.unlink(missing_ok=True)
+
+
+def _tasks(docs, writers: dict[str, SplitWriter], split_safe: bool) -> Iterator[tuple[list, list, list]]:
+    """Tasks of about TASK_CHARS characters: (pieces, first-piece flags, (doc, split) per piece). Documents
+    whose split already has them in shards are skipped without tokenizing."""
+    active = [w.resume_doc for w in writers.values() if not w.done]
+    if not active:
+        return
+    start = max(0, min(active))
+    pieces, firsts, owners, size = [], [], [], 0
+    for doc, text in enumerate(docs.documents(start), start=start):
+        split = docs.split_of(doc)
+        if not writers[split].wants(doc):
+            continue
+        cuts = [0, *split_points(text, PIECE_CHARS), len(text)] if split_safe else [0, len(text)]
+        for i, (a, b) in enumerate(itertools.pairwise(cuts)):
+            pieces.append(text[a:b])
+            firsts.append(i == 0)
+            owners.append((doc, split))
+            size += b - a
+            if size >= TASK_CHARS:
+                yield pieces, firsts, owners
+                pieces, firsts, owners, size = [], [], [], 0
+    if pieces:
+        yield pieces, firsts, owners
+
+
+def _tokenize(
+    docs, tok: Tokenizer, writers: dict[str, SplitWriter], workers: int, journal, progress: bool
+) -> None:
+    eot = eot_id(tok)
+    dtype = writers["train"].dtype
+    pool = _make_pool(workers, tok, eot, dtype)
+    bar = tqdm(desc="tokenizing", unit="B", unit_scale=True, unit_divisor=1000, disable=not progress)
+    pending: deque = deque()
+    documents = tokens = 0
+    try:
+        for task in _tasks(docs, writers, is_split_safe(tok)):
+            pending.append((pool.apply_async(_encode_task, ((task[0], task[1]),)), task[1], task[2]))
+            while len(pending) > 2 * workers:
+                documents, tokens = _consume(pending.popleft(), writers, journal, bar, documents, tokens)
+        while pending:
+            documents, tokens = _consume(pending.popleft(), writers, journal, bar, documents, tokens)
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+        bar.close()
+
+
+def _consume(
+    item, writers: dict[str, SplitWriter], journal, bar, documents: int, tokens: int
+) -> tuple[int, int]:
+    result, firsts, owners = item
+    ids, lengths, nbytes = result.get()
+    offset = 0
+    for length, first, (doc, split) in zip(lengths.tolist(), firsts, owners, strict=True):
+        writers[split].add(doc, ids[offset : offset + length], first, journal)
+        offset += length
+    documents += sum(firsts)
+    tokens += offset
+    bar.update(nbytes)
+    bar.set_postfix(docs=f"{documents:,}", tokens=f"{tokens:,}", refresh=False)
+    return documents, tokens
+
+
+def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus) -> dict:
+    splits = {}
+    for split, writer in writers.items():
+        shards = [{k: s[k] for k in ("file", "tokens", "sha256")} for s in writer.shards]
+        splits[split] = {
+            "shards": shards,
+            "tokens": sum(s["tokens"] for s in shards),
+            "documents": writer.documents,
+        }
+    for split in SPLITS:  # the plan and the stream must agree
+        if docs.counts is not None and splits[split]["documents"] != docs.counts[split]:
+            raise RuntimeError(
+                f"{split}: wrote {splits[split]['documents']} documents, planned {docs.counts[split]}"
+            )
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    junk = summary.as_dict() if summary is not None else {"junk_items": [j.__dict__ for j in docs.junk]}
+    return {
+        "version": MANIFEST_VERSION,
+        "tokenizer_hash": tok_hash,
+        "tokenizer_file": TOKENIZER_FILE,
+        "vocab_size": vocab,
+        "eot_id": eot_id(tok),
+        "shard_format": {
+            "header": "256 x int32 little-endian: magic 20240520, version, token count",
+            "version": version_for_vocab(vocab),
+            "dtype": "uint16" if version_for_vocab(vocab) == 1 else "uint32",
+        },
+        "document_separator": "eot_before_each_document",
+        "splits": splits,
+        "sources": sources,
+        "corpus": {
+            "paths": [
+                str(Path(p).resolve()) for p in ([corpus] if isinstance(corpus, (str, Path)) else corpus)
+            ]
+            if corpus is not None
+            else None,
+            **{k: v for k, v in junk.items()},
+        },
+        "settings": settings,
+        "fingerprint": fingerprint,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def copy_tokenizer(data_dir: str | Path, destination: str | Path) -> None:
+    """Copy a dataset's tokenizer.json (e.g. into a checkpoint)."""
+    shutil.copyfile(Path(data_dir) / TOKENIZER_FILE, destination)
