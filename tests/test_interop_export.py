@@ -1,0 +1,206 @@
+"""Export to Hugging Face transformers and import back: logits parity, refusals, round trip, model card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from interop_support import make_checkpoint, make_tokenizer
+from safetensors.torch import load_file, save_file
+
+from tablefree.checkpoint import load_model, read_model_config
+from tablefree.cli import main
+from tablefree.config import ModelConfig
+from tablefree.export import export_hf, import_hf
+
+transformers = pytest.importorskip("transformers")
+
+SHAPE = dict(d_model=64, n_layers=2, n_heads=4, d_ff=96, max_seq_len=48)
+CASES = {
+    "learned": dict(interface="learned"),
+    "canonical": dict(interface="canonical"),
+    "affine": dict(
+        interface=dict(name="affine", affine_seed=3, values="pm1", lift="interleave", bit_order="msb")
+    ),
+    "affine-gqa": dict(interface="affine", n_kv_heads=2),
+    "gelu-layernorm": dict(interface="canonical", mlp="gelu", norm="layernorm", norm_eps=1e-6),
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    return make_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=400)
+
+
+def _config(case: str, vocab_size: int = 400) -> ModelConfig:
+    return ModelConfig(vocab_size=vocab_size, rope_theta=5000.0, **{**SHAPE, **CASES[case]})
+
+
+def _hf_model(directory):
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_transformers_logits_match(tmp_path, tokenizer_path, case):
+    config = _config(case)
+    model = make_checkpoint(tmp_path / "ck", config, tokenizer_path, seed=7)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    hf = _hf_model(tmp_path / "hf")
+    expected = "GPTNeoXForCausalLM" if config.mlp == "gelu" else "LlamaForCausalLM"
+    assert type(hf).__name__ == expected
+    assert hf.config.tie_word_embeddings is False
+    ids = torch.randint(0, config.vocab_size, (3, config.max_seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    assert ours.std() > 1.0  # far from uniform, so the comparison means something
+    assert (ours - theirs).abs().max() <= 1e-4 * ours.abs().max()
+
+
+def test_export_writes_a_complete_loadable_directory(tmp_path, tokenizer_path):
+    make_checkpoint(tmp_path / "ck", _config("canonical"), tokenizer_path, meta={"step": 12})
+    out = export_hf(tmp_path / "ck", tmp_path / "hf")
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= names
+    assert {"tokenizer_config.json", "README.md"} <= names
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.tmp")]  # no staging left behind
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_parameters"]["rope_theta"] == 5000.0 and config["rope_theta"] == 5000.0
+    assert config["rms_norm_eps"] == 1e-5 and config["max_position_embeddings"] == 48
+    assert config["attention_bias"] is False and config["mlp_bias"] is False and config["rope_scaling"] is None
+    assert config["tablefree"]["step"] == 12
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights["model.embed_tokens.weight"].shape == (400, 64)
+    assert "auto_map" not in config  # plain transformers classes, no remote code
+
+
+def test_exported_tokenizer_matches_ours(tmp_path, tokenizer_path):
+    from tablefree.data.tokenizer import load_tokenizer
+
+    make_checkpoint(tmp_path / "ck", _config("learned"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    ours = load_tokenizer(tokenizer_path)
+    text = "  Hello, world!\n\nNaïve café — 日本語 tabs\tand <|endoftext|> the end "
+    assert hf_tok.encode(text) == ours.encode(text).ids
+    assert hf_tok.decode(hf_tok.encode(text)) == text
+    eot = ours.token_to_id("<|endoftext|>")
+    assert hf_tok.eos_token_id == eot and hf_tok.bos_token_id == eot
+    generation = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == eot
+
+
+def test_model_card_describes_the_fixed_code(tmp_path, tokenizer_path):
+    model = make_checkpoint(tmp_path / "ck", _config("affine"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "fixed function of the token id" in card
+    for option in ("lift=interleave", "values=pm1", "bit_order=msb", "affine_seed=3"):
+        assert option in card
+    block = card.split("```")[-2].split()  # the last code block holds A, one row per line
+    matrix = [[int(bit) for bit in row] for row in block]
+    assert matrix == model.input.affine_matrix.tolist()
+    offset = "".join(str(b) for b in model.input.affine_offset.tolist())
+    assert f"b = `{offset}`" in card
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(mlp="swiglu", norm="layernorm"), "no exact transformers equivalent"),
+        (dict(mlp="gelu", norm="rmsnorm"), "no exact transformers equivalent"),
+        (dict(mlp="gelu", norm="layernorm", n_kv_heads=2), "grouped-query attention"),
+    ],
+)
+def test_export_refuses_variants_without_an_exact_equivalent(tmp_path, tokenizer_path, overrides, message):
+    config = ModelConfig(vocab_size=400, **{**SHAPE, **overrides})
+    make_checkpoint(tmp_path / "ck", config, tokenizer_path)
+    with pytest.raises(ValueError, match=message):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("case", ["learned", "affine", "affine-gqa", "gelu-layernorm"])
+def test_round_trip_restores_the_checkpoint(tmp_path, tokenizer_path, case):
+    config = _config(case)
+    model = make_checkpoint(tmp_path / "ck", config, tokenizer_path, meta={"step": 5})
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    restored, _ = load_model(tmp_path / "back")
+    assert restored.config == config  # interface and its options included
+    original = model.state_dict()
+    for name, tensor in restored.state_dict().items():
+        assert torch.equal(tensor, original[name]), name
+    assert (tmp_path / "back" / "tokenizer.json").read_bytes() == tokenizer_path.read_bytes()
+    assert json.loads((tmp_path / "back" / "meta.json").read_text())["step"] == 5
+
+
+def test_import_of_a_modified_table_falls_back_to_learned(tmp_path, tokenizer_path):
+    make_checkpoint(tmp_path / "ck", _config("canonical"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    weights["model.embed_tokens.weight"][7, 3] += 0.5
+    save_file(weights, str(tmp_path / "hf" / "model.safetensors"))
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    restored, _ = load_model(tmp_path / "back")
+    assert restored.config.interface.name == "learned"
+    assert torch.equal(restored.input.weight, weights["model.embed_tokens.weight"])
+
+
+def test_import_a_foreign_llama_with_tied_embeddings(tmp_path):
+    config = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=40,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 123.0},
+    )
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.normal_(0, 0.2)
+    hf.save_pretrained(tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ours")
+    model, _ = load_model(tmp_path / "ours")
+    assert model.config.interface.name == "learned" and model.config.n_kv_heads == 1
+    ids = torch.randint(0, 300, (2, 40))
+    with torch.no_grad():
+        ours, theirs = model(ids), hf(ids).logits
+    assert (ours - theirs).abs().max() <= 1e-4 * ours.abs().max()
+
+
+def test_import_refuses_parallel_residual_neox(tmp_path, tokenizer_path):
+    make_checkpoint(tmp_path / "ck", _config("gelu-layernorm"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config["use_parallel_residual"] = True
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="use_parallel_residual"):
+        import_hf(tmp_path / "hf", tmp_path / "back")
+
+
+def test_export_refuses_a_non_empty_directory_unless_overwrite(tmp_path, tokenizer_path):
+    make_checkpoint(tmp_path / "ck", _config("learned"), tokenizer_path)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "stale.txt").write_text("old")
+    with pytest.raises(FileExistsError):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    export_hf(tmp_path / "ck", tmp_path / "hf", overwrite=True)
+    assert not (tmp_path / "hf" / "stale.txt").exists()
+
+
+def test_cli_export_and_import(tmp_path, tokenizer_path, capsys):
+    make_checkpoint(tmp_path / "ck", _config("affine"), tokenizer_path)
+    assert main(["export", str(tmp_path / "ck"), "--format", "hf", str(tmp_path / "hf")]) == 0
+    assert main(["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    assert "interface: affine" in capsys.readouterr().out
+    assert read_model_config(tmp_path / "back") == _config("affine")
+    bad = ModelConfig(vocab_size=400, **{**SHAPE, "mlp": "gelu"})
+    make_checkpoint(tmp_path / "bad", bad, tokenizer_path)
+    assert main(["export", str(tmp_path / "bad"), "--format", "hf", str(tmp_path / "hf2")]) == 1
+    assert "no exact transformers equivalent" in capsys.readouterr().err
