@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from interop_support import make_checkpoint, make_tokenizer
 from safetensors.torch import load_file, save_file
 
+from interop_support import make_checkpoint, make_tokenizer
 from tablefree.checkpoint import load_model, read_model_config
 from tablefree.cli import main
 from tablefree.config import ModelConfig
@@ -50,7 +50,9 @@ def test_transformers_logits_match(tmp_path, tokenizer_path, case):
     expected = "GPTNeoXForCausalLM" if config.mlp == "gelu" else "LlamaForCausalLM"
     assert type(hf).__name__ == expected
     assert hf.config.tie_word_embeddings is False
-    ids = torch.randint(0, config.vocab_size, (3, config.max_seq_len), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(
+        0, config.vocab_size, (3, config.max_seq_len), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         ours, theirs = model(ids), hf(ids).logits
     assert ours.std() > 1.0  # far from uniform, so the comparison means something
@@ -67,7 +69,9 @@ def test_export_writes_a_complete_loadable_directory(tmp_path, tokenizer_path):
     config = json.loads((out / "config.json").read_text())
     assert config["rope_parameters"]["rope_theta"] == 5000.0 and config["rope_theta"] == 5000.0
     assert config["rms_norm_eps"] == 1e-5 and config["max_position_embeddings"] == 48
-    assert config["attention_bias"] is False and config["mlp_bias"] is False and config["rope_scaling"] is None
+    assert (
+        config["attention_bias"] is False and config["mlp_bias"] is False and config["rope_scaling"] is None
+    )
     assert config["tablefree"]["step"] == 12
     weights = load_file(str(out / "model.safetensors"))
     assert weights["model.embed_tokens.weight"].shape == (400, 64)
