@@ -1,0 +1,143 @@
+"""Distributed setup and the ``parallelize`` step: DDP or FSDP2, torch.compile and activation checkpointing,
+all applied from outside the model (as torchtitan does), so ``tablefree.model`` never knows about them.
+
+Launch under ``torchrun`` (or ``python -m torch.distributed.run``): the process group is initialised from
+its environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), with NCCL on GPUs and
+gloo on CPUs. Without those variables the run is a single process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+try:  # FSDP2 moved from the _composable namespace to torch.distributed.fsdp in torch 2.6
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch 2.4 / 2.5
+    from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+
+def pick_device(requested: str, local_rank: int = 0) -> torch.device:
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("device: cuda was requested but no CUDA device is available")
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(requested_device: str = "auto", force_process_group: bool = False) -> DistInfo:
+    """Initialise the process group from torchrun's environment (or do nothing for a single process).
+
+    ``force_process_group`` makes a one-process group, which FSDP2 needs even on a single device.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    device = pick_device(requested_device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if (world_size > 1 or force_process_group) and not dist.is_initialized():
+        if world_size == 1:  # a private single-process rendezvous on a free local port
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
+            os.environ.setdefault("RANK", "0")
+            os.environ.setdefault("WORLD_SIZE", "1")
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            dist.init_process_group(backend, device_id=device)
+        else:
+            dist.init_process_group(backend)
+    return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def parallelize(
+    model: nn.Module,
+    info: DistInfo,
+    *,
+    parallel: str = "ddp",
+    compile: bool = False,
+    activation_checkpointing: bool = False,
+    param_dtype: torch.dtype | None = None,
+) -> nn.Module:
+    """Apply activation checkpointing, compile, then DDP or FSDP2, in that order (torchtitan's order).
+
+    Returns the module to call for training. With FSDP2 the model is sharded in place and returned as is;
+    with DDP (world size > 1) it is wrapped. ``param_dtype`` is FSDP2's compute dtype (bf16 mixed precision,
+    gradients reduced in fp32); with DDP or one process, mixed precision is autocast's job instead.
+    """
+    blocks = model.layers
+    if activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        for index, block in enumerate(blocks):
+            blocks[index] = checkpoint_wrapper(block, preserve_rng_state=False)
+    if compile:
+        # Per block, like torchtitan: every block has the same graph, so it compiles once and is reused.
+        for block in blocks:
+            block.compile()
+    if parallel == "fsdp":
+        policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+        for block in blocks:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+    if info.world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [info.device.index] if info.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+    return model
+
+
+def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
+    """Mean over processes (a no-op for one process)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        value /= dist.get_world_size()
+    return value
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True on every process when ``flag`` is true on any (so all agree to stop, save or raise)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        tensor = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return bool(tensor.item() > 0)
+    return flag
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def destroy_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,96 @@
+"""Helpers for the training tests: a small synthetic dataset in the agreed manifest format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from tablefree.data.shards import write_shard
+
+
+def write_tokenizer(path: Path, vocab_size: int) -> str:
+    """A word-level tokenizer over ``t0 .. t{V-2}`` plus ``<|endoftext|>``; returns its sha256 hash."""
+    vocab = {f"t{i}": i for i in range(vocab_size - 1)}
+    vocab["<|endoftext|>"] = vocab_size - 1
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(path))
+    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+
+
+def markov_tokens(n: int, vocab_size: int, seed: int) -> np.ndarray:
+    """A learnable stream: each token mostly follows a fixed successor of the previous one."""
+    rng = np.random.default_rng(seed)
+    successor = rng.permutation(vocab_size)
+    tokens = np.empty(n, dtype=np.int64)
+    tokens[0] = 0
+    noise = rng.random(n) < 0.2
+    random_tokens = rng.integers(0, vocab_size, n)
+    for i in range(1, n):
+        tokens[i] = random_tokens[i] if noise[i] else successor[tokens[i - 1]]
+    return tokens
+
+
+def make_dataset(
+    directory: Path,
+    vocab_size: int = 96,
+    train_tokens: int = 40_000,
+    val_tokens: int = 4_000,
+    shards: int = 2,
+) -> Path:
+    """Write shards, tokenizer.json and manifest.json (last) into ``directory``; return it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    token_hash = write_tokenizer(directory / "tokenizer.json", vocab_size)
+    splits = {}
+    for split, total, seed in (("train", train_tokens, 1), ("val", val_tokens, 2)):
+        stream = markov_tokens(total, vocab_size, seed)
+        entries = []
+        for index, part in enumerate(np.array_split(stream, shards if split == "train" else 1)):
+            name = f"{split}_{index:06d}.bin"
+            write_shard(directory / name, part, vocab_size)
+            digest = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+            entries.append({"file": name, "tokens": int(part.size), "sha256": digest})
+        splits[split] = {"shards": entries, "tokens": int(total), "documents": 1}
+    manifest = {
+        "version": 1,
+        "tokenizer_hash": token_hash,
+        "tokenizer_file": "tokenizer.json",
+        "vocab_size": vocab_size,
+        "eot_id": vocab_size - 1,
+        "splits": splits,
+        "sources": ["synthetic markov chain"],
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return directory
+
+
+def micro_config(data_dir: Path, **overrides):
+    """A TrainConfig for a very small model that trains in a second or two on a CPU."""
+    from tablefree.config import apply_overrides, from_dict
+    from tablefree.train.config import TrainConfig
+
+    data = {
+        "model": {
+            "preset": "tiny",
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 2,
+            "d_ff": 64,
+            "max_seq_len": 32,
+        },
+        "data": {"dir": str(data_dir)},
+        "budget": "8 steps",
+        "batch_tokens": 256,
+        "micro_batch": 4,
+        "seq_len": 32,
+        "optim": {"lr": 3e-3},
+        "schedule": {"name": "cosine", "warmup_steps": 2},
+        "log_every": 1,
+        "val_batches": 2,
+    }
+    data = apply_overrides(data, [f"{k}={v}" for k, v in overrides.items()])
+    return from_dict(TrainConfig, data, where="test config")
