@@ -1,0 +1,576 @@
+"""Evaluation: the scoring engine against an independent forward pass, lm-eval's formulas on hand-computed cases,
+prompt construction against lm-eval's own task code on the real benchmark files, input validation, run_eval."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from tablefree import build_model, preset
+from tablefree.checkpoint import save_model
+from tablefree.cli import main as cli_main
+from tablefree.data.shards import write_shard
+from tablefree.data.tokenizer import tokenizer_hash
+from tablefree.evaluate import (
+    TASKS,
+    encode_pair,
+    encode_pairs,
+    format_results,
+    load_docs,
+    loglikelihoods,
+    run_eval,
+)
+from tablefree.evaluate.metrics import (
+    aggregate,
+    bootstrap_stderr,
+    mean_stderr,
+    multiple_choice_scores,
+    perplexity_rows,
+)
+from tablefree.evaluate.tasks import build_requests, lambada_split
+from tablefree.evaluate.validation import token_byte_lengths
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_LEN = 128
+EOT = "<|endoftext|>"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fixtures: a real tiny model and a byte-level BPE trained here on the repository's own sources
+
+
+def _train_tokenizer(vocab_size: int, seed_text: str = "") -> Tokenizer:
+    text = (
+        seed_text
+        + "".join(p.read_text(encoding="utf-8") for p in sorted((REPO / "src").rglob("*.py")))[:60_000]
+    )
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator([text], trainer=trainer)
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return _train_tokenizer(400)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    # init_std 0.2 makes the untrained model's distributions peaked, so wrong positions give visibly wrong numbers
+    config = preset(
+        "tiny",
+        vocab_size=tokenizer.get_vocab_size(),
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        d_ff=64,
+        max_seq_len=MAX_LEN,
+        init_std=0.2,
+        interface="canonical",
+    )
+    return build_model(config, seed=3).eval()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, model, tokenizer) -> Path:
+    root = tmp_path_factory.mktemp("ckpt")
+    tokenizer.save(str(root / "tok.json"))
+    meta = {"step": 7, "tokens_seen": 0, "tokenizer_hash": tokenizer_hash(tokenizer)}
+    return save_model(root / "step_00000007", model, meta=meta, tokenizer_path=root / "tok.json")
+
+
+def plain_loglikelihood(model, context: list[int], continuation: list[int]) -> tuple[float, bool]:
+    """An independent computation: one plain causal forward pass over the (left-truncated) full sequence."""
+    max_len = model.config.max_seq_len
+    inputs = (context + continuation)[-(max_len + 1) :][:-1]
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([inputs])).double(), dim=-1)[0]
+    logprobs = logprobs[-len(continuation) :]
+    target = torch.tensor(continuation)
+    chosen = logprobs[torch.arange(len(continuation)), target]
+    return float(chosen.sum()), bool((logprobs.argmax(dim=-1) == target).all())
+
+
+def random_requests(vocab: int, seed: int, groups: int = 12) -> list[tuple[list[int], list[int]]]:
+    rng = random.Random(seed)
+    requests = []
+    for _ in range(groups):
+        context = [rng.randrange(vocab) for _ in range(rng.randint(1, 30))]
+        for _ in range(rng.randint(1, 4)):  # shared contexts, as in multiple choice
+            requests.append((context, [rng.randrange(vocab) for _ in range(rng.randint(1, 9))]))
+    requests.append(requests[0])  # an exact duplicate
+    return requests
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The engine
+
+
+def test_loglikelihoods_equal_an_independent_forward_pass(model):
+    requests = random_requests(model.config.vocab_size, seed=0)
+    got = loglikelihoods(model, requests, batch_size=4)
+    for (context, continuation), (ll, greedy) in zip(requests, got, strict=True):
+        want_ll, want_greedy = plain_loglikelihood(model, context, continuation)
+        assert ll == pytest.approx(want_ll, abs=1e-5 * max(1.0, abs(want_ll)))
+        assert greedy == want_greedy
+
+
+def test_greedy_flag_detects_the_models_own_continuation(model):
+    context = [5, 17, 42, 8, 99]
+    tokens = list(context)
+    with torch.no_grad():
+        for _ in range(4):  # the model's greedy continuation, one token at a time
+            tokens.append(int(model(torch.tensor([tokens]))[0, -1].argmax()))
+    greedy_continuation = tokens[len(context) :]
+    wrong_last = [*greedy_continuation[:-1], (greedy_continuation[-1] + 1) % model.config.vocab_size]
+    (ll_good, greedy_good), (ll_bad, greedy_bad) = loglikelihoods(
+        model, [(context, greedy_continuation), (context, wrong_last)], batch_size=2
+    )
+    assert greedy_good and not greedy_bad
+    assert ll_good > ll_bad
+
+
+def test_results_do_not_depend_on_batch_size_or_order(model):
+    requests = random_requests(model.config.vocab_size, seed=1, groups=20)
+    reference = loglikelihoods(model, requests, batch_size=1)
+    order = list(range(len(requests)))
+    random.Random(2).shuffle(order)
+    for batch_size in (3, 64):
+        shuffled = loglikelihoods(model, [requests[i] for i in order], batch_size=batch_size)
+        for position, i in enumerate(order):
+            assert shuffled[position][0] == pytest.approx(reference[i][0], abs=1e-5)
+            assert shuffled[position][1] == reference[i][1]
+
+
+def test_left_truncation_keeps_the_last_max_len_plus_one_tokens(model):
+    rng = random.Random(4)
+    vocab = model.config.vocab_size
+    continuation = [rng.randrange(vocab) for _ in range(6)]
+    context = [rng.randrange(vocab) for _ in range(MAX_LEN + 20)]
+    other_start = [rng.randrange(vocab) for _ in range(25)] + context[25:]  # differs only in dropped tokens
+    (ll, greedy), (ll_other, _) = loglikelihoods(
+        model, [(context, continuation), (other_start, continuation)]
+    )
+    # hand truncation: keep the last MAX_LEN + 1 tokens, feed all but the last
+    kept = (context + continuation)[-(MAX_LEN + 1) :]
+    assert len(kept) == MAX_LEN + 1
+    want, want_greedy = plain_loglikelihood(model, kept[: -len(continuation)], continuation)
+    assert ll == pytest.approx(want, abs=1e-5 * abs(want))
+    assert greedy == want_greedy
+    assert ll_other == pytest.approx(ll, abs=1e-5 * abs(ll))  # the dropped tokens do not matter
+    # ... while a context that fits is not truncated: the first token matters
+    short = context[-20:]
+    (a, _), (b, _) = loglikelihoods(
+        model, [(short, continuation), ([short[0] + 1, *short[1:]], continuation)]
+    )
+    assert a != pytest.approx(b, abs=1e-6)
+
+
+def test_engine_rejects_what_lm_eval_asserts_against(model):
+    with pytest.raises(ValueError, match="empty context"):
+        loglikelihoods(model, [([], [1])])
+    with pytest.raises(ValueError, match="empty continuation"):
+        loglikelihoods(model, [([1], [])])
+    with pytest.raises(ValueError, match="exceeds"):
+        loglikelihoods(model, [([1], [2] * (MAX_LEN + 1))])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Text -> tokens, against lm-eval's own _encode_pair
+
+
+def _lm_eval_encode_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    from lm_eval.api.model import TemplateLM
+
+    shim = SimpleNamespace(backend="causal", tok_encode=lambda text, **_: tokenizer.encode(text).ids)
+    return TemplateLM._encode_pair(shim, context, continuation)
+
+
+def test_encode_pair_matches_lm_eval(tokenizer):
+    pairs = [
+        ("Question: why?\nAnswer:", " because"),
+        ("The cat sat on the  ", "mat."),  # trailing spaces move to the continuation
+        ("x", " y z"),
+        ("def f(", "x):\n    return x"),
+    ]
+    pairs += [("A man is sitting on a roof. He", f" ending number {i}, of sorts.") for i in range(3)]
+    batch = encode_pairs(tokenizer, pairs, prefix_token_id=0)
+    for (context, continuation), got in zip(pairs, batch, strict=True):
+        want = _lm_eval_encode_pair(tokenizer, context, continuation)
+        assert got == want
+        assert encode_pair(tokenizer, context, continuation, prefix_token_id=0) == want
+    context_ids, continuation_ids = encode_pair(tokenizer, "The cat sat on the  ", "mat.", 0)
+    assert tokenizer.decode(context_ids) == "The cat sat on the"
+    assert tokenizer.decode(continuation_ids) == "  mat."
+
+
+def test_empty_context_conditions_on_the_prefix_token(tokenizer):
+    eot = tokenizer.token_to_id(EOT)
+    context, continuation = encode_pair(tokenizer, "", " hello", prefix_token_id=eot)
+    assert context == [eot] and continuation == tokenizer.encode(" hello").ids
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Metrics, on hand-computed cases
+
+
+def test_acc_norm_divides_by_characters_and_acc_bytes_by_utf8_bytes():
+    # acc: -10 > -12 picks choice 0; by characters -10/2 = -5 < -12/8 = -1.5 picks choice 1;
+    # by bytes choice 1 "éééééééé" is 16 bytes: -12/16 = -0.75, choice 2 "abcdefghij" -11/10 = -1.1.
+    lls = [-10.0, -12.0, -11.0]
+    choices = ["ab", "éééééééé", "abcdefghij"]
+    scores = multiple_choice_scores(lls, choices, gold=1)
+    assert (scores["pred"], scores["pred_norm"], scores["pred_bytes"]) == (0, 2, 1)
+    assert (scores["acc"], scores["acc_norm"], scores["acc_bytes"]) == (0, 0, 1)
+    # ties go to the first index, as np.argmax
+    assert multiple_choice_scores([-1.0, -1.0], ["a", "b"], gold=1)["pred"] == 0
+
+
+def test_mean_stderr_and_perplexity_by_hand():
+    values = [1, 0, 1, 1]  # mean 0.75, sample variance 0.25, stderr sqrt(0.25 / 4) = 0.25
+    assert aggregate("acc", values, 0) == pytest.approx((0.75, 0.25))
+    assert mean_stderr([2.0, 4.0]) == pytest.approx(1.0)  # sample sd sqrt(2), / sqrt(2)
+    value, stderr = aggregate("perplexity", [-1.0, -3.0], bootstrap_iters=0)
+    assert value == pytest.approx(math.exp(2.0)) and stderr is None
+
+
+def test_bootstrap_stderr_reproduces_lm_evals_random_draws(monkeypatch):
+    from lm_eval.api import metrics as lm_metrics
+
+    monkeypatch.setenv("DISABLE_MULTIPROC", "1")  # lm-eval's single-process path draws the same samples
+    values = [-float(i % 7) - 0.5 * (i % 3) for i in range(60)]
+    want = lm_metrics.bootstrap_stderr(lm_metrics.perplexity, values, iters=2000)
+    got = bootstrap_stderr(perplexity_rows, values, iters=2000)
+    assert got == pytest.approx(want, rel=1e-9)
+    assert got != pytest.approx(bootstrap_stderr(perplexity_rows, values[::-1], iters=1000), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Prompts, choices and gold, against lm-eval's own task definitions on the real files
+
+
+def _lm_eval_task_dir() -> Path:
+    import lm_eval.tasks
+
+    return Path(lm_eval.tasks.__file__).parent
+
+
+def _lm_eval_module(relative: str):
+    """Import one of lm-eval's task utils (they import ``datasets`` only for a type, so a stub does)."""
+    import importlib
+
+    sys.modules.setdefault("datasets", types.ModuleType("datasets"))
+    return importlib.import_module("lm_eval.tasks." + relative.replace("/", "."))
+
+
+LM_EVAL_YAML = {
+    "hellaswag": "hellaswag/hellaswag.yaml",
+    "piqa": "piqa/piqa.yaml",
+    "lambada": "lambada/lambada_openai.yaml",
+    "arc_easy": "arc/arc_easy.yaml",
+    "arc_challenge": "arc/arc_easy.yaml",  # arc_challenge.yaml includes it, changing only the dataset
+    "winogrande": "winogrande/default.yaml",
+    "openbookqa": "openbookqa/openbookqa.yaml",
+    "sciq": "sciq/sciq.yaml",
+    "boolq": "super_glue/boolq/default.yaml",
+    "copa": "super_glue/copa/default.yaml",
+}
+
+
+def _lm_eval_definition(task: str):
+    """(doc_to_text, doc_to_choice, doc_to_target, process_doc, target_delimiter) as lm-eval resolves them."""
+    from lm_eval.utils import apply_template
+
+    path = _lm_eval_task_dir() / LM_EVAL_YAML[task]
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def function(loader, node):
+        module, name = loader.construct_scalar(node).rsplit(".", 1)
+        package = str(path.parent.relative_to(_lm_eval_task_dir()))
+        return getattr(_lm_eval_module(f"{package}/{module}"), name)
+
+    Loader.add_constructor("!function", function)
+    config = yaml.load(path.read_text(), Loader=Loader)
+    has_choice = config.get("doc_to_choice") is not None
+
+    def resolve(spec, doc, kind):  # ConfigurableTask.doc_to_text / doc_to_choice / doc_to_target
+        if isinstance(spec, (int, list)) or callable(spec):
+            return spec(doc) if callable(spec) else spec
+        if spec in doc:
+            return doc[spec]
+        rendered = apply_template(spec, doc)
+        if kind == "choice":
+            return ast.literal_eval(rendered)
+        if rendered.isdigit() and has_choice:
+            return ast.literal_eval(rendered)
+        return rendered
+
+    process = config.get("process_docs")
+    if process is not None:
+        # hellaswag: process_docs(dataset) is dataset.map(_process_doc), which adds columns to the record
+        process_doc = process(SimpleNamespace(map=lambda fn: fn))
+        process = lambda doc: {**doc, **process_doc(doc)}  # noqa: E731
+    return (
+        lambda doc: resolve(config["doc_to_text"], doc, "text"),
+        (lambda doc: resolve(config["doc_to_choice"], doc, "choice")) if has_choice else None,
+        lambda doc: resolve(config["doc_to_target"], doc, "target"),
+        process or (lambda doc: doc),
+        config.get("target_delimiter", " "),
+    )
+
+
+def _as_lm_eval_doc(task: str, fields: dict) -> dict:
+    if task == "boolq":  # SuperGLUE's BoolQ: label = int(answer)
+        return {**fields, "label": int(fields["answer"])}
+    return fields
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_requests_match_lm_evals_task_definitions_on_real_records(shared_data, name):
+    to_text, to_choice, to_target, process, delimiter = _lm_eval_definition(name)
+    task = TASKS[name]
+    docs = load_docs(task, shared_data / "eval", limit=1000)
+    assert len(docs) == {"copa": 100, "arc_challenge": 299, "arc_easy": 570, "openbookqa": 500}.get(name, 1000)
+    for doc in docs:
+        ours = build_requests(task, doc.fields)
+        ref = process(_as_lm_eval_doc(name, dict(doc.fields)))
+        if task.output_type == "loglikelihood":
+            assert ours.pairs == [(to_text(ref), to_target(ref))]
+            continue
+        text, choices, target = to_text(ref), to_choice(ref), to_target(ref)
+        assert ours.choices == choices
+        if isinstance(text, int):  # multiple input (WinoGrande): one context per choice
+            assert ours.pairs == [(context, delimiter + target) for context in choices]
+            assert ours.gold == text
+        else:
+            assert ours.pairs == [(text, delimiter + choice) for choice in choices]
+            assert ours.gold == (choices.index(target) if isinstance(target, str) else target)
+
+
+def test_copa_continuations_start_with_two_spaces(shared_data):
+    doc = load_docs(TASKS["copa"], shared_data / "eval", limit=1)[0]
+    requests = build_requests(TASKS["copa"], doc.fields)
+    assert requests.pairs[0] == ("The man turned on the faucet therefore", "  the toilet filled with water.")
+    assert requests.gold == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "context", "target"),
+    [
+        ('He looked at her and said "go away."', 'He looked at her and said "go', ' away."'),
+        ("I don't care about signs", "I don't care about", " signs"),
+        ("ends with a dash-", "ends with a", " dash-"),
+        ("two  spaces", "two ", " spaces"),  # split on single spaces, as lm-eval's template does
+        ("line\nbreak word", "line\nbreak", " word"),
+    ],
+)
+def test_lambada_split_keeps_punctuation_with_the_last_word(text, context, target):
+    from lm_eval.utils import apply_template
+
+    assert lambada_split(text) == (context, target)
+    assert apply_template("{{text.split(' ')[:-1]|join(' ')}}", {"text": text}) == context
+    assert apply_template("{{' '+text.split(' ')[-1]}}", {"text": text}) == target
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bad input
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+HELLASWAG_OK = {"activity_label": "A", "ctx_a": "b", "ctx_b": "c", "endings": ["x", "y"], "label": 1}
+
+
+@pytest.mark.parametrize(
+    ("second_line", "message"),
+    [
+        ("{not json", r"hellaswag_val\.jsonl:2: malformed JSON"),
+        (json.dumps({k: v for k, v in HELLASWAG_OK.items() if k != "ctx_b"}), r":2: missing field 'ctx_b'"),
+        (json.dumps({**HELLASWAG_OK, "label": 2}), r":2: label 2 out of range for 2 endings"),
+        (json.dumps({**HELLASWAG_OK, "endings": "xy"}), r":2: field 'endings' must be list"),
+    ],
+)
+def test_bad_records_name_file_and_line(tmp_path, second_line, message):
+    _write(tmp_path / "hellaswag_val.jsonl", json.dumps(HELLASWAG_OK) + "\n" + second_line + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_docs(TASKS["hellaswag"], tmp_path)
+
+
+def test_bad_labels_in_other_formats_name_file_and_line(tmp_path):
+    _write(tmp_path / "piqa/valid.jsonl", '{"goal": "g", "sol1": "a", "sol2": "b"}\n' * 2)
+    _write(tmp_path / "piqa/valid-labels.lst", "0\n2\n")
+    with pytest.raises(ValueError, match=r"valid-labels\.lst:2: label must be 0 or 1"):
+        load_docs(TASKS["piqa"], tmp_path)
+    _write(tmp_path / "piqa/valid-labels.lst", "0\n")
+    with pytest.raises(ValueError, match=r"1 labels for 2 records"):
+        load_docs(TASKS["piqa"], tmp_path)
+    arc = {"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"}
+    _write(tmp_path / "extra/arc_easy_validation.jsonl", json.dumps(arc) + "\n")
+    with pytest.raises(ValueError, match=r"arc_easy_validation\.jsonl:1: answerKey 'C' is not one of"):
+        load_docs(TASKS["arc_easy"], tmp_path)
+    wino = {"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"}
+    _write(tmp_path / "extra/winogrande_xl_validation.jsonl", json.dumps(wino) + "\n")
+    with pytest.raises(ValueError, match=r"winogrande_xl_validation\.jsonl:1: .*no '_' blank"):
+        load_docs(TASKS["winogrande"], tmp_path)
+    boolq = {"question": "q", "passage": "p", "answer": "yes"}
+    _write(tmp_path / "extra/boolq_validation.jsonl", json.dumps(boolq) + "\n")
+    with pytest.raises(ValueError, match=r"boolq_validation\.jsonl:1: field 'answer' must be bool"):
+        load_docs(TASKS["boolq"], tmp_path)
+
+
+def test_missing_data_file_says_how_to_get_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"tablefree data download-evals DIR"):
+        load_docs(TASKS["lambada"], tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# run_eval end to end
+
+
+def _prepared_dataset(root: Path, tokenizer: Tokenizer, text: str) -> list[int]:
+    eot = tokenizer.token_to_id(EOT)
+    tokens = [eot, *tokenizer.encode(text).ids, eot, *tokenizer.encode(text.upper()).ids]
+    root.mkdir(parents=True, exist_ok=True)
+    write_shard(root / "val_000000.bin", np.array(tokens), tokenizer.get_vocab_size())
+    manifest = {
+        "version": 1,
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "tokenizer_file": "tokenizer.json",
+        "vocab_size": tokenizer.get_vocab_size(),
+        "eot_id": eot,
+        "splits": {"val": {"shards": [{"file": "val_000000.bin", "tokens": len(tokens), "sha256": "x"}]}},
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return tokens
+
+
+def test_run_eval_writes_results_and_examples(shared_data, checkpoint, model, tokenizer, tmp_path):
+    text = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 8
+    tokens = _prepared_dataset(tmp_path / "data", tokenizer, text)
+    results = run_eval(
+        checkpoint.parent,  # a directory of step_* checkpoints resolves to the newest
+        ["hellaswag", "lambada", "winogrande", "validation"],
+        data_dir=shared_data / "eval",
+        limit=6,
+        batch_size=5,
+        examples_out=tmp_path / "ex.jsonl",
+        val_data=tmp_path / "data",
+        bootstrap_iters=1000,
+        out=tmp_path / "results.json",
+    )
+    assert json.loads((tmp_path / "results.json").read_text()) == json.loads(json.dumps(results))
+    assert results["checkpoint"] == str(checkpoint) and results["step"] == 7
+    assert results["tokenizer_hash"] == tokenizer_hash(tokenizer)
+    records = [json.loads(line) for line in (tmp_path / "ex.jsonl").read_text().splitlines()]
+    hellaswag = [r for r in records if r["task"] == "hellaswag"]
+    assert [r["doc_id"] for r in hellaswag] == list(range(6))
+    entry = results["tasks"]["hellaswag"]
+    assert entry["n"] == 6 and entry["headline"] == "acc_norm"
+    assert entry["data_sha256"] == {
+        "hellaswag_val.jsonl": "dc1be2fa1bef56aab8e92a5be597a617e363b09239fa66822939d7fb7a8da4ec"
+    }
+    for metric in ("acc", "acc_norm", "acc_bytes"):
+        assert entry["metrics"][metric] == pytest.approx(np.mean([r[metric] for r in hellaswag]))
+    assert entry["stderr"]["acc"] == pytest.approx(mean_stderr([r["acc"] for r in hellaswag]))
+    # one document, end to end from the strings: lm-eval's encoding, a plain forward pass per choice
+    doc = load_docs(TASKS["hellaswag"], shared_data / "eval", limit=1)[0].fields
+    requests = build_requests(TASKS["hellaswag"], doc)
+    for (context, continuation), ll in zip(requests.pairs, hellaswag[0]["loglikelihoods"], strict=True):
+        want, _ = plain_loglikelihood(model, *_lm_eval_encode_pair(tokenizer, context, continuation))
+        assert ll == pytest.approx(want, abs=1e-5 * abs(want))
+    lambada = [r for r in records if r["task"] == "lambada"]
+    perplexity = results["tasks"]["lambada"]["metrics"]["perplexity"]
+    assert perplexity == pytest.approx(math.exp(-np.mean([r["loglikelihoods"][0] for r in lambada])))
+    assert results["tasks"]["lambada"]["stderr"]["perplexity"] > 0
+    assert set(results["tasks"]["winogrande"]["metrics"]) == {"acc"}
+    # validation: hand computation over the same windows
+    validation = results["tasks"]["validation"]
+    windows = min(6, (len(tokens) - 1) // MAX_LEN)
+    assert validation["n"] == windows
+    data = torch.tensor(tokens[: windows * MAX_LEN + 1])
+    nats, nbytes = 0.0, 0
+    for w in range(windows):
+        chunk = data[w * MAX_LEN : (w + 1) * MAX_LEN + 1]
+        with torch.no_grad():
+            nats += float(model.loss(chunk[None, :-1], chunk[None, 1:])) * MAX_LEN
+        nbytes += len(tokenizer.decode(chunk[1:].tolist()).encode("utf-8"))  # decode skips <|endoftext|>
+    assert validation["metrics"]["val_loss"] == pytest.approx(nats / (windows * MAX_LEN), rel=1e-5)
+    assert validation["metrics"]["val_ppl"] == pytest.approx(math.exp(nats / (windows * MAX_LEN)), rel=1e-5)
+    assert validation["metrics"]["bits_per_byte"] == pytest.approx(nats / (math.log(2) * nbytes), rel=1e-5)
+    table = format_results(results)
+    assert "acc_norm*" in table and "bits_per_byte*" in table
+
+
+def test_token_byte_lengths_count_utf8_bytes(tokenizer):
+    lengths = token_byte_lengths(tokenizer, tokenizer.get_vocab_size() + 3)
+    text = "naïve café — ok"
+    ids = tokenizer.encode(text).ids
+    assert int(lengths[ids].sum()) == len(text.encode("utf-8"))
+    assert lengths[tokenizer.token_to_id(EOT)] == 0 and lengths[-1] == 0
+
+
+def test_mismatched_tokenizer_is_refused(shared_data, checkpoint, tokenizer, tmp_path):
+    other = _train_tokenizer(380, seed_text="zzz qqq ")
+    other.save(str(tmp_path / "other.json"))
+    with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
+        run_eval(
+            checkpoint, ["copa"], data_dir=shared_data / "eval", limit=2, tokenizer=tmp_path / "other.json"
+        )
+    bad = tmp_path / "bad"
+    save_model(
+        bad,
+        build_model(preset("tiny", vocab_size=400, d_model=32, n_layers=1, n_heads=2, d_ff=32)),
+        meta={"tokenizer_hash": tokenizer_hash(other)},
+        tokenizer_path=tmp_path / "other.json",
+    )
+    (bad / "tokenizer.json").write_text(tokenizer.to_str())  # the file no longer matches the recorded hash
+    with pytest.raises(ValueError, match="refusing to evaluate"):
+        run_eval(bad, ["copa"], data_dir=shared_data / "eval", limit=2)
+
+
+def test_cli_prints_table_and_reports_errors(shared_data, checkpoint, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = [
+        "eval",
+        str(checkpoint),
+        "--tasks",
+        "copa,arc_easy",
+        "--limit",
+        "3",
+        "--eval-data",
+        str(shared_data / "eval"),
+    ]
+    assert cli_main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "copa" in printed and "arc_easy" in printed and "acc*" in printed
+    assert set(json.loads(out.read_text())["tasks"]) == {"copa", "arc_easy"}
+    assert cli_main(["eval", str(checkpoint), "--tasks", "nope"]) == 1
+    assert "unknown task 'nope'" in capsys.readouterr().err
+    assert cli_main(["eval", str(checkpoint), "--tasks", "copa", "--eval-data", str(tmp_path / "empty")]) == 1
+    assert "download-evals" in capsys.readouterr().err
