@@ -1,0 +1,204 @@
+"""``tablefree tokenizer train``, ``tablefree data prepare|scan|download-evals`` (Python API:
+``tablefree.data.tokenizer.train_tokenizer``, ``tablefree.data.prepare.prepare_dataset``,
+``tablefree.data.corpus.Corpus``, ``tablefree.data.download.download_evals``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from tablefree.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    _add_tokenizer(subparsers)
+    _add_data(subparsers)
+
+
+def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--text-field", default="text", help="JSONL field / parquet column holding the text")
+    parser.add_argument("--strict", action="store_true", help="stop at the first junk (naming file and line)")
+    parser.add_argument(
+        "--strip-gutenberg",
+        action="store_true",
+        help="keep only the text between Project Gutenberg's START/END lines",
+    )
+
+
+def _add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tokenizer",
+        help="train a byte-level BPE tokenizer",
+        description="Tokenizer tools. Python API: tablefree.data.tokenizer.",
+    )
+    verbs = parser.add_subparsers(dest="tokenizer_verb", metavar="VERB", required=True)
+    train = verbs.add_parser(
+        "train",
+        help="train a byte-level BPE tokenizer on a corpus",
+        description="Train a deterministic byte-level BPE tokenizer (with <|endoftext|>) on .txt/.jsonl/.parquet "
+        "files or directories. Python API: tablefree.data.tokenizer.train_tokenizer(CORPUS, vocab_size, out_path).",
+    )
+    train.add_argument("corpus", nargs="+", help="files or directories")
+    train.add_argument(
+        "--vocab-size", type=int, required=True, help="vocabulary size, <|endoftext|> included"
+    )
+    train.add_argument("-o", "--out", required=True, help="where to write tokenizer.json")
+    train.add_argument("--min-frequency", type=int, default=2, help="minimum count of a merged pair")
+    _add_corpus_options(train)
+    train.set_defaults(func=run_tokenizer_train)
+
+
+def _add_data(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "data",
+        help="prepare token shards, scan a corpus, download evaluation data",
+        description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.data.download.",
+    )
+    verbs = parser.add_subparsers(dest="data_verb", metavar="VERB", required=True)
+
+    prepare = verbs.add_parser(
+        "prepare",
+        help="tokenize a corpus into train/val shards with a manifest",
+        description="Tokenize a corpus (or a streamed hub dataset) into llm.c-format train/val shards with "
+        "manifest.json; re-running after an interruption completes the missing shards. "
+        "Python API: tablefree.data.prepare.prepare_dataset(CORPUS, OUT, tokenizer=..., ...).",
+    )
+    prepare.add_argument("corpus", nargs="*", help="files or directories (omit with --hub)")
+    prepare.add_argument("--out", required=True, help="dataset directory")
+    prepare.add_argument(
+        "--tokenizer", help="tokenizer.json, a directory holding one, or a hub id; default: train one"
+    )
+    prepare.add_argument(
+        "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="when training a tokenizer"
+    )
+    prepare.add_argument("--val-fraction", type=float, default=0.005, help="fraction of documents for val")
+    prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
+    prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
+    prepare.add_argument("--overwrite", action="store_true", help="discard a dataset or partial run in --out")
+    prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hub = prepare.add_argument_group("streaming a Hugging Face dataset (needs the `hub` extra and network)")
+    hub.add_argument("--hub", metavar="NAME", help="dataset name, e.g. HuggingFaceFW/fineweb-edu")
+    hub.add_argument("--hub-config", metavar="CONFIG", help="e.g. sample-10BT")
+    hub.add_argument("--hub-split", default="train")
+    hub.add_argument(
+        "--hub-data-files", nargs="+", metavar="FILE", help="data files (e.g. with --hub parquet)"
+    )
+    hub.add_argument("--max-documents", type=int, help="stop after this many documents")
+    _add_corpus_options(prepare)
+    prepare.set_defaults(func=run_prepare)
+
+    scan = verbs.add_parser(
+        "scan",
+        help="report a corpus's files, encodings and junk",
+        description="Read a corpus once and report files, documents, encodings (and fallbacks) and junk. "
+        "Python API: tablefree.data.corpus.Corpus(PATHS).scan().",
+    )
+    scan.add_argument("corpus", nargs="+", help="files or directories")
+    scan.add_argument("--json", action="store_true", help="print JSON")
+    _add_corpus_options(scan)
+    scan.set_defaults(func=run_scan)
+
+    download = verbs.add_parser(
+        "download-evals",
+        help="download the zero-shot evaluation sets, verifying sha256",
+        description="Download HellaSwag, PIQA, LAMBADA (and the extra sets) from their official locations into "
+        "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
+    )
+    download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
+    download.add_argument("--tasks", nargs="+", help="subset of the tasks (default: all with a known URL)")
+    download.add_argument("--base-url", help="a mirror serving the files under the same relative paths")
+    download.add_argument("--force", action="store_true", help="download again even if present and verified")
+    download.set_defaults(func=run_download)
+
+
+def run_tokenizer_train(args: argparse.Namespace) -> int:
+    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
+
+    tokenizer = train_tokenizer(
+        args.corpus,
+        args.vocab_size,
+        args.out,
+        text_field=args.text_field,
+        strict=args.strict,
+        gutenberg=args.strip_gutenberg,
+        min_frequency=args.min_frequency,
+    )
+    print(
+        f"wrote {args.out}: vocab {tokenizer.get_vocab_size()}, eot_id {eot_id(tokenizer)}, "
+        f"sha256 {tokenizer_hash(tokenizer)}"
+    )
+    return 0
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from tablefree.data.prepare import HubSource, prepare_dataset
+
+    hub = None
+    if args.hub:
+        hub = HubSource(args.hub, args.hub_config, args.hub_split, args.hub_data_files)
+    elif not args.corpus:
+        raise ValueError("give CORPUS paths, or --hub NAME")
+    manifest = prepare_dataset(
+        args.corpus or None,
+        args.out,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        val_fraction=args.val_fraction,
+        workers=args.workers,
+        shard_tokens=args.shard_tokens,
+        seed=args.seed,
+        text_field=args.text_field,
+        strict=args.strict,
+        gutenberg=args.strip_gutenberg,
+        hub=hub,
+        max_documents=args.max_documents,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    corpus = manifest["corpus"]
+    if "encoding_fallbacks" in corpus:
+        print(
+            f"read {corpus['files']} files, {corpus['documents']:,} documents; "
+            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
+        )
+    junk = corpus.get("junk_items", [])
+    if junk:
+        print(
+            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
+        )
+        for item in junk[:10]:
+            line = f":{item['line']}" if item["line"] is not None else ""
+            print(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
+    for split, info in manifest["splits"].items():
+        print(
+            f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
+        )
+    print(
+        f"wrote {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
+    )
+    return 0
+
+
+def run_scan(args: argparse.Namespace) -> int:
+    from tablefree.data.corpus import Corpus
+
+    summary = Corpus(
+        args.corpus, text_field=args.text_field, strict=args.strict, gutenberg=args.strip_gutenberg
+    ).scan()
+    if args.json:
+        json.dump(summary.as_dict(), sys.stdout, indent=2)
+        print()
+    else:
+        print(summary.format())
+    return 0
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from tablefree.data.download import download_evals
+
+    for path in download_evals(args.dir, tasks=args.tasks, base_url=args.base_url, force=args.force):
+        print(f"ok {path}")
+    return 0
