@@ -1,0 +1,140 @@
+"""Interoperability verbs: ``export``, ``import-hf``, ``generate`` and ``lm-eval``.
+
+Python API: ``tablefree.export.export_hf`` / ``import_hf``, ``tablefree.generate.generate``, and the lm-eval
+adapter ``tablefree.evaluate.lm_eval_adapter``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    export = subparsers.add_parser(
+        "export",
+        help="export a checkpoint to a Hugging Face transformers directory",
+        description="Write a plain transformers model directory (LlamaForCausalLM, or GPTNeoXForCausalLM for "
+        "the LayerNorm/GELU variant): config.json, model.safetensors, generation_config.json, tokenizer "
+        "files and a model card. Fixed-code interfaces are materialised as the V×d embedding table. "
+        "Python API: tablefree.export.export_hf(checkpoint, out_dir).",
+    )
+    export.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
+    export.add_argument("out_dir", help="output directory")
+    export.add_argument("--format", default="hf", choices=["hf"], help="export format (default: hf)")
+    export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    export.add_argument(
+        "--tokenizer", default=None, help="tokenizer.json to ship (default: the checkpoint's)"
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    export.set_defaults(func=run_export)
+
+    importer = subparsers.add_parser(
+        "import-hf",
+        help="load a transformers Llama (or exported GPT-NeoX) directory as a tablefree checkpoint",
+        description="Convert a LlamaForCausalLM directory (e.g. one written by `tablefree export`) into a "
+        "tablefree checkpoint. The fixed-code interface recorded at export is restored when the embedding "
+        "table matches it exactly; otherwise the table becomes a learned interface. "
+        "Python API: tablefree.export.import_hf(hf_dir, out_checkpoint).",
+    )
+    importer.add_argument("hf_dir", metavar="DIR", help="transformers model directory")
+    importer.add_argument("--out", required=True, metavar="CHECKPOINT_DIR", help="checkpoint to write")
+    importer.add_argument("--overwrite", action="store_true", help="replace a non-empty CHECKPOINT_DIR")
+    importer.set_defaults(func=run_import)
+
+    gen = subparsers.add_parser(
+        "generate",
+        help="generate text from a checkpoint (KV cache, streamed)",
+        description="Continue a prompt with a KV cache, streaming the text to the terminal. Temperature 0 is "
+        "greedy. Python API: tablefree.generate.generate(model, tokenizer, prompt, max_new_tokens, "
+        "temperature, top_k, top_p, seed).",
+    )
+    gen.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
+    gen.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding (default 1.0)")
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=None, help="sampling seed (default: nondeterministic)")
+    gen.add_argument("--device", default="cpu")
+    gen.add_argument("--no-echo", action="store_true", help="do not print the prompt before the continuation")
+    gen.set_defaults(func=run_generate)
+
+    lm_eval = subparsers.add_parser(
+        "lm-eval",
+        help="run lm-evaluation-harness's CLI with the `tablefree` model registered",
+        description="Everything after the verb goes to lm-eval's own CLI (`lm-eval run ...`), with the "
+        "`tablefree` model adapter registered, e.g. `tablefree lm-eval --model tablefree --model_args "
+        "checkpoint=PATH --tasks hellaswag`. Python API: import tablefree.evaluate.lm_eval_adapter, then "
+        "lm_eval.simple_evaluate(model='tablefree', model_args={'checkpoint': PATH}, ...). "
+        "Needs the interop extra (pip install 'tablefree[interop]').",
+        add_help=False,
+        prefix_chars="+",  # so that every --option reaches lm-eval untouched
+    )
+    lm_eval.add_argument("args", nargs=argparse.REMAINDER, help="lm-eval arguments")
+    lm_eval.set_defaults(func=run_lm_eval)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from tablefree.export import export_hf
+
+    out = export_hf(
+        args.checkpoint,
+        args.out_dir,
+        dtype=args.dtype,
+        tokenizer_path=args.tokenizer,
+        overwrite=args.overwrite,
+    )
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from tablefree.checkpoint import read_model_config
+    from tablefree.export import import_hf
+
+    out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
+    interface = read_model_config(out).interface
+    print(f"imported {args.hf_dir} -> {out} (interface: {interface.name})")
+    return 0
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from tablefree.checkpoint import TOKENIZER_FILE, load_model
+    from tablefree.data.tokenizer import load_tokenizer
+    from tablefree.generate import generate, print_stream
+
+    model, directory = load_model(args.checkpoint, device=args.device)
+    tokenizer_path = directory / TOKENIZER_FILE
+    if not tokenizer_path.exists():
+        raise FileNotFoundError(f"{tokenizer_path}: the checkpoint has no tokenizer")
+    tokenizer = load_tokenizer(tokenizer_path)
+    if not args.no_echo:
+        print_stream(args.prompt)
+    generate(
+        model,
+        tokenizer,
+        args.prompt,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stream=print_stream,
+    )
+    print()
+    return 0
+
+
+def run_lm_eval(args: argparse.Namespace) -> int:
+    try:
+        from tablefree.evaluate.lm_eval_adapter import run_cli
+    except ModuleNotFoundError as error:
+        raise ValueError(
+            f"{error.name} is not installed; install the interop extra: pip install 'tablefree[interop]'"
+        ) from None
+    if args.args in ([], ["-h"], ["--help"]):
+        print("usage: tablefree lm-eval [lm-eval run arguments]  (see `lm-eval run --help` below)\n")
+        run_cli(["run", "--help"] if args.args else ["--help"])
+        return 0
+    run_cli(args.args)
+    return 0

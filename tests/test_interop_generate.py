@@ -1,0 +1,126 @@
+"""Generation: the KV cache changes nothing but the cost; sampling controls; streaming whole characters."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from interop_support import make_checkpoint, make_tokenizer
+from tablefree.cli import main
+from tablefree.config import ModelConfig
+from tablefree.data.tokenizer import load_tokenizer
+from tablefree.generate import TextStream, filter_logits, generate, generate_tokens
+
+CONFIG = ModelConfig(vocab_size=320, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=24)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    return make_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=320)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tokenizer_path):
+    directory = tmp_path_factory.mktemp("ck") / "ck"
+    make_checkpoint(directory, CONFIG, tokenizer_path, seed=3)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    from tablefree.checkpoint import load_model
+
+    return load_model(checkpoint)[0]
+
+
+def reference_greedy(model, ids: list[int], steps: int) -> list[int]:
+    """Greedy decoding by a full forward pass over the last max_seq_len tokens at every step."""
+    ids = list(ids)
+    window = model.config.max_seq_len
+    with torch.no_grad():
+        for _ in range(steps):
+            ids.append(int(model(torch.tensor([ids[-window:]]))[0, -1].argmax()))
+    return ids[-steps:]
+
+
+class CountingModel(torch.nn.Module):
+    """Wraps a model and counts the token positions it is run on."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.config, self.positions = model, model.config, 0
+
+    def forward(self, ids, **kwargs):
+        self.positions += ids.numel()
+        return self.model(ids, **kwargs)
+
+
+@pytest.mark.parametrize("prompt_len", [5, 20])  # 20 + 30 new tokens overflows the 24-token window
+def test_greedy_with_cache_equals_full_recomputation(model, prompt_len):
+    prompt = torch.randint(0, CONFIG.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(1))
+    steps = 30
+    counted = CountingModel(model)
+    cached = list(generate_tokens(counted, prompt.tolist(), steps, temperature=0))
+    cached_cost, counted.positions = counted.positions, 0
+    uncached = list(generate_tokens(counted, prompt.tolist(), steps, temperature=0, use_cache=False))
+    assert cached == uncached == reference_greedy(model, prompt.tolist(), steps)
+    assert len(set(cached)) > 3  # not a degenerate repetition of one token
+    assert cached_cost < counted.positions  # the cache saved work
+
+
+def test_sampling_is_seeded_and_filters_apply(model):
+    prompt = [1, 2, 3, 4]
+
+    def sample(**kwargs):
+        return list(generate_tokens(model, prompt, 20, **kwargs))
+
+    assert sample(temperature=1.5, seed=4) == sample(temperature=1.5, seed=4)
+    assert sample(temperature=1.5, seed=4) != sample(temperature=1.5, seed=5)
+    greedy = sample(temperature=0)
+    assert sample(temperature=2.0, top_k=1, seed=9) == greedy
+    assert sample(temperature=2.0, top_p=1e-6, seed=9) == greedy
+
+
+def test_filter_logits_top_k_and_nucleus():
+    logits = torch.log(torch.tensor([0.5, 0.05, 0.25, 0.15, 0.05]))
+    kept = lambda out: torch.isfinite(out).nonzero().flatten().tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2)) == [0, 2]
+    assert kept(filter_logits(logits, top_p=0.5)) == [0]  # 0.5 alone reaches p
+    assert kept(filter_logits(logits, top_p=0.7)) == [0, 2]  # 0.5 + 0.25 >= 0.7
+    assert kept(filter_logits(logits, top_p=0.8)) == [0, 2, 3]
+    assert kept(filter_logits(logits, top_k=2, top_p=0.9)) == [0, 2]
+
+
+def test_stream_prints_whole_characters(tokenizer_path):
+    tokenizer = load_tokenizer(tokenizer_path)
+    text = "naïve café, 日本語 and emoji 🙂!"
+    ids = tokenizer.encode(text).ids
+    assert len(ids) > len(text.split())  # multi-byte characters are split over byte tokens
+    stream = TextStream(tokenizer)
+    pieces = [stream.push(token) for token in ids] + [stream.flush()]
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "" in pieces  # some tokens held back until their character was complete
+
+
+def test_generate_streams_what_it_returns_and_cuts_stop_strings(model, tokenizer_path):
+    tokenizer = load_tokenizer(tokenizer_path)
+    pieces: list[str] = []
+    text = generate(model, tokenizer, "The model", 25, temperature=0, stream=pieces.append)
+    assert text and "".join(pieces) == text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    out = io.StringIO()
+    cut = generate(model, tokenizer, "The model", 25, temperature=0, stop=[stop], stream=out)
+    assert cut == text[: text.find(stop)]
+    assert out.getvalue() == cut  # the stop string was never printed
+
+
+def test_cli_generate_streams_the_greedy_continuation(checkpoint, model, tokenizer_path, capsys):
+    code = main(
+        ["generate", str(checkpoint), "--prompt", "Export", "--max-new-tokens", "12", "--temperature", "0"]
+    )
+    assert code == 0
+    expected = generate(model, load_tokenizer(tokenizer_path), "Export", 12, temperature=0)
+    assert capsys.readouterr().out == "Export" + expected + "\n"
