@@ -432,17 +432,22 @@ def _md_header(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comparisons on the headline metrics: validation loss, bits per byte, each benchmark's headline."""
+    return [c for c in report["statistics"]["comparisons"] if _is_headline(report, c["metric"])]
+
+
 def _md_verdict(report: dict[str, Any]) -> str:
-    comps = report["statistics"]["comparisons"]
+    comps = verdict(report)
     if not comps:
         return ""
-    headline = [c for c in comps if _is_headline(report, c["metric"])]
     lines = [
         "## Verdict",
         "",
         "One sentence per comparison on the validation loss and each benchmark's headline:",
+        "",
     ]
-    lines += [""] + [f"- **{c['metric']}**: {c['sentence']}" for c in headline]
+    lines += [f"- **{c['metric']}**: {c['sentence']}" for c in comps]
     return "\n".join(lines)
 
 
@@ -741,7 +746,7 @@ def _metric_label(name: str, higher: bool) -> str:
 def _grid(count: int, width: float = 4.6, height: float = 3.8) -> tuple[Any, list[Any]]:
     import matplotlib.pyplot as plt
 
-    columns = min(3, count)
+    columns = 2 if count == 4 else min(3, count)
     rows = (count + columns - 1) // columns
     figure, axes = plt.subplots(
         rows, columns, figsize=(width * columns, height * rows), squeeze=False, layout="constrained"

@@ -1,0 +1,83 @@
+"""``tablefree compare`` and ``tablefree report``: the matched interface comparison and its report
+(Python API: ``tablefree.compare.run_sweep``, ``tablefree.report.build_report``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    compare = subparsers.add_parser(
+        "compare",
+        help="train, evaluate and compare the input interfaces over seeds under one recipe",
+        description="Train every (interface, seed) run of one recipe, evaluate each, and write report.md, "
+        "report.json and figures with paired-bootstrap confidence intervals. Re-running skips finished runs and "
+        "resumes interrupted ones. Python API: tablefree.compare.run_sweep("
+        "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out)). See docs/experiments.md.",
+    )
+    compare.add_argument(
+        "--config", type=Path, required=True, help="a compare YAML, e.g. configs/compare-tiny.yaml"
+    )
+    compare.add_argument(
+        "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
+    )
+    compare.add_argument("--seeds", type=_seeds, default=None, help="comma-separated, e.g. 0,1,2")
+    compare.add_argument("--out", type=Path, default=None, help="sweep directory (default: the config's out)")
+    compare.add_argument("--no-report", action="store_true", help="run the sweep without writing the report")
+    compare.set_defaults(func=run_compare)
+
+    report = subparsers.add_parser(
+        "report",
+        help="(re)build the report of a sweep directory",
+        description="Rebuild report.md, report.json and figures/ from a sweep directory's run files (also of a "
+        "partly finished sweep). Python API: tablefree.report.build_report(SWEEP_DIR).",
+    )
+    report.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    report.add_argument(
+        "--bootstrap", type=int, default=None, help="bootstrap replicates (default: the sweep's)"
+    )
+    report.set_defaults(func=run_report)
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated interface names")
+    return names
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from tablefree.compare import load_compare_config, run_sweep
+
+    config = load_compare_config(args.config, args.interfaces, args.seeds, args.out)
+    result = run_sweep(config, report=not args.no_report)
+    if result["report"] is not None:
+        print_verdict(result["report"], Path(result["out"]))
+    if result["failed"]:
+        print(f"failed runs: {', '.join(result['failed'])} (see error.txt in each run directory)")
+        return 1
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from tablefree.report import build_report
+
+    report = build_report(args.sweep_dir, n_boot=args.bootstrap)
+    print_verdict(report, args.sweep_dir)
+    return 0
+
+
+def print_verdict(report: dict, out: Path) -> None:
+    from tablefree.report import verdict
+
+    print(f"report: {out / 'report.md'}")
+    for comparison in verdict(report):
+        print(f"  {comparison['metric']}: {comparison['sentence']}")

@@ -1,0 +1,413 @@
+"""The matched interface comparison: one training recipe, every (interface, seed) pair, evaluated and reported.
+
+``run_sweep(config)`` trains each run with ``tablefree.train.trainer.train`` (or ``tablefree train`` under
+torchrun), evaluates it with ``tablefree.evaluate.run_eval`` (per-example records kept for the paired
+bootstrap) and writes the report with ``tablefree.report.build_report``. Per run only the interface and the
+seed change; the trainer makes the backbone initialisation and data order identical across interfaces for a
+seed. Layout of the sweep directory::
+
+    OUT/compare.yaml                 # the resolved sweep config (recipe, interfaces, seeds, eval, launch)
+    OUT/runs/{interface}-s{seed}/    # a training run dir, plus eval.json, eval_examples.jsonl, status.json
+    OUT/report.md, report.json, figures/*.png
+
+Resumable: a run with a completed summary and evaluation results for every requested task is skipped; a
+trained but unevaluated run is only evaluated; any other run resumes from its newest checkpoint (or starts).
+A run that fails has its traceback written to ``error.txt`` and the sweep goes on with the others.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tablefree.checkpoint import write_json_atomic
+from tablefree.config import from_dict, load_yaml, to_dict
+from tablefree.interfaces import INTERFACES
+from tablefree.report import RUN_FILES, build_report, read_json, run_name
+
+
+@dataclass
+class DatasetSpec:
+    """The prepared dataset the runs train on. When ``dir`` has no manifest and ``corpus`` is set, the sweep
+    prepares it first with ``tablefree.data.prepare.prepare_dataset``."""
+
+    dir: str = ""  # empty: the training recipe's data.dir
+    corpus: str | None = None
+    tokenizer: str | None = None  # None: train a byte-level BPE of vocab_size on the corpus
+    vocab_size: int = 8192
+    val_fraction: float = 0.005
+    gutenberg: bool = False  # strip Project Gutenberg headers and footers
+    text_field: str = "text"
+    workers: int | None = None
+
+
+@dataclass
+class EvalSpec:
+    tasks: list[str] = field(default_factory=lambda: ["validation"])  # "validation" and/or benchmark names
+    data_dir: str | None = None  # benchmark files; None: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval
+    limit: int | None = None  # first N documents per task (None: the full sets)
+    batch_size: int = 32
+    device: str = "auto"  # auto: cuda when available, else cpu
+
+
+@dataclass
+class LaunchSpec:
+    """``nproc_per_node: 0`` trains in this process; N >= 1 runs each training as
+    ``torchrun --nproc_per_node N [torchrun_args] -m tablefree.cli train --config ... --run-dir ... --resume``."""
+
+    nproc_per_node: int = 0
+    torchrun_args: list[str] = field(
+        default_factory=list
+    )  # e.g. ["--nnodes", "2", "--rdzv-endpoint", "host:29500"]
+
+
+@dataclass
+class CompareConfig:
+    name: str = "compare"
+    train_config: str | None = None  # a train recipe YAML (configs/small.yaml); `train` is merged over it
+    train: dict[str, Any] = field(default_factory=dict)  # inline recipe / overrides, as in a train YAML
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    interfaces: list[str] = field(default_factory=lambda: ["learned", "canonical", "affine"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    launch: LaunchSpec = field(default_factory=LaunchSpec)
+    out: str = ""  # empty: runs/{name}
+    bootstrap: int = 10_000  # paired-bootstrap replicates in the report
+
+    def __post_init__(self) -> None:
+        unknown = [i for i in self.interfaces if i not in INTERFACES]
+        if unknown or not self.interfaces:
+            raise ValueError(f"interfaces: expected some of {sorted(INTERFACES)}, got {self.interfaces}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+            raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
+        if self.launch.nproc_per_node < 0:
+            raise ValueError("launch.nproc_per_node: must be >= 0")
+        if self.bootstrap < 100:
+            raise ValueError(f"bootstrap: use at least 100 replicates, got {self.bootstrap}")
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.name}")
+
+
+def load_compare_config(
+    path: str | Path,
+    interfaces: list[str] | None = None,
+    seeds: list[int] | None = None,
+    out: str | Path | None = None,
+) -> CompareConfig:
+    """A CompareConfig from YAML, with the command line's interface, seed and output choices applied."""
+    data = load_yaml(path)
+    data.setdefault("name", Path(path).stem)
+    if interfaces is not None:
+        data["interfaces"] = interfaces
+    if seeds is not None:
+        data["seeds"] = seeds
+    if out is not None:
+        data["out"] = str(out)
+    config = from_dict(CompareConfig, data, where=str(path))
+    if config.train_config:
+        config.train_config = str(
+            _find_relative(config.train_config, Path(path).parent, f"{path}: train_config")
+        )
+    return config
+
+
+def _find_relative(name: str, base: Path, where: str) -> Path:
+    """``name`` as given (relative to the working directory), else relative to ``base``."""
+    for candidate in (Path(name), base / name):
+        if candidate.exists():
+            return candidate
+    raise FileNotFoundError(f"{where}: {name} not found (relative to {Path.cwd()} or {base})")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Per-run configs
+
+
+def base_recipe(config: CompareConfig) -> dict[str, Any]:
+    """The shared training recipe as a train-config dict: ``train_config`` with ``train`` merged over it."""
+    recipe = load_yaml(config.train_config) if config.train_config else {}
+    recipe = _deep_merge(recipe, config.train)
+    if config.dataset.dir:
+        recipe.setdefault("data", {})["dir"] = config.dataset.dir
+    if not (recipe.get("data") or {}).get("dir"):
+        raise ValueError(
+            f"compare config {config.name}: no dataset; set dataset.dir (or data.dir in the recipe)"
+        )
+    return recipe
+
+
+def run_recipe(recipe: dict[str, Any], interface: str, seed: int) -> dict[str, Any]:
+    """The recipe of one run: the base recipe with only the interface name and the seed changed."""
+    run = copy.deepcopy(recipe)
+    model = run.setdefault("model", {})
+    spec = model.get("interface")
+    spec = {"name": spec} if isinstance(spec, str) else dict(spec or {})
+    spec["name"] = interface
+    model["interface"] = spec
+    run["seed"] = seed
+    return run
+
+
+def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The sweep
+
+
+@dataclass
+class RunPlan:
+    interface: str
+    seed: int
+    directory: Path
+    recipe: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return run_name(self.interface, self.seed)
+
+
+def plan_runs(config: CompareConfig) -> list[RunPlan]:
+    from tablefree.train.config import TrainConfig
+
+    recipe = base_recipe(config)
+    plans = []
+    for interface in config.interfaces:
+        for seed in config.seeds:
+            run = run_recipe(recipe, interface, seed)
+            from_dict(TrainConfig, run, where=f"recipe of {run_name(interface, seed)}")  # fail early, by name
+            plans.append(RunPlan(interface, seed, config.out_dir / "runs" / run_name(interface, seed), run))
+    return plans
+
+
+def run_state(run: RunPlan, spec: EvalSpec) -> str:
+    """``done`` (trained, and evaluated on every task with the same limit), ``trained`` or ``todo``."""
+    summary = read_json(run.directory / RUN_FILES["summary"])
+    if not (summary and summary.get("completed")):
+        return "todo"
+    results = read_json(run.directory / RUN_FILES["eval"]) or {}
+    evaluated = set(results.get("tasks", {}))
+    current = set(spec.tasks) <= evaluated and results.get("limit") == spec.limit
+    return "done" if current and (run.directory / RUN_FILES["examples"]).exists() else "trained"
+
+
+def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str, Any]:
+    """Train, evaluate and report every (interface, seed) run of ``config``; returns the sweep outcome
+    (``{"out": dir, "runs": {name: state}, "report": report dict or None}``)."""
+    out = config.out_dir
+    prepare_data(config, log)
+    plans = plan_runs(config)
+    check_eval_data(config)
+    out.mkdir(parents=True, exist_ok=True)
+    write_sweep_config(config, out)
+    outcome: dict[str, str] = {}
+    for number, run in enumerate(plans, start=1):
+        prefix = f"[run {number}/{len(plans)}] {run.name}"
+        state = run_state(run, config.eval)
+        if state == "done":
+            log(f"{prefix}: finished earlier, skipped")
+            outcome[run.name] = "done"
+            continue
+        outcome[run.name] = execute_run(config, run, state, prefix, log)
+    failed = [name for name, state in outcome.items() if state == "failed"]
+    result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
+    if report:
+        log(f"writing the report in {out}")
+        result["report"] = build_report(out, n_boot=config.bootstrap)
+    return result
+
+
+def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, log) -> str:
+    """Train (unless trained) and evaluate one run; a failure is recorded, not raised (KeyboardInterrupt is)."""
+    run.directory.mkdir(parents=True, exist_ok=True)
+    status = read_json(run.directory / RUN_FILES["status"]) or {}
+    status.update(state="running", started=_now(), error=None)
+    write_json_atomic(run.directory / RUN_FILES["status"], status)
+    (run.directory / RUN_FILES["error"]).unlink(missing_ok=True)
+    try:
+        if state != "trained":
+            log(f"{prefix}: training")
+            started = time.perf_counter()
+            train_run(config, run)
+            status["train_call_s"] = time.perf_counter() - started
+        log(f"{prefix}: evaluating {', '.join(config.eval.tasks)}")
+        started = time.perf_counter()
+        evaluate_run(config, run)
+        status.update(state="done", eval_wall_s=time.perf_counter() - started, finished=_now())
+        write_json_atomic(run.directory / RUN_FILES["status"], status)
+        log(f"{prefix}: done")
+        return "done"
+    except KeyboardInterrupt:
+        status.update(state="interrupted", finished=_now())
+        write_json_atomic(run.directory / RUN_FILES["status"], status)
+        raise
+    except Exception as error:  # a failed run must not sink the sweep
+        message = f"{type(error).__name__}: {error}"
+        (run.directory / RUN_FILES["error"]).write_text(traceback.format_exc(), encoding="utf-8")
+        status.update(state="failed", error=message, finished=_now())
+        write_json_atomic(run.directory / RUN_FILES["status"], status)
+        log(f"{prefix}: FAILED ({message}); traceback in {run.directory / RUN_FILES['error']}")
+        return "failed"
+
+
+def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
+    """Train (or resume) one run, in this process or under torchrun; returns its summary."""
+    if config.launch.nproc_per_node >= 1:
+        summary = _train_with_torchrun(config, run)
+    else:
+        from tablefree.train import trainer
+        from tablefree.train.config import TrainConfig
+
+        train_config = from_dict(TrainConfig, run.recipe, where=f"recipe of {run.name}")
+        summary = trainer.train(train_config, run.directory, resume=True)
+    if not summary.get("completed"):
+        reason = summary.get("stop_reason", "unknown")
+        if str(reason).startswith("stopped by"):  # SIGINT/SIGTERM: the user stops the sweep
+            raise KeyboardInterrupt(reason)
+        raise RuntimeError(f"training did not complete: {reason}")
+    return summary
+
+
+def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
+    recipe_path = run.directory / "recipe.yaml"
+    _write_yaml_atomic(recipe_path, run.recipe)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={config.launch.nproc_per_node}",
+        *config.launch.torchrun_args,
+        "-m",
+        "tablefree.cli",
+        "train",
+        "--config",
+        str(recipe_path),
+        "--run-dir",
+        str(run.directory),
+        "--resume",
+    ]
+    log_path = run.directory / "train.log"
+    with open(log_path, "a", encoding="utf-8") as log_file:
+        log_file.write(f"$ {' '.join(command)}\n")
+        log_file.flush()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:  # tee: the user sees progress, the run keeps the log
+            sys.stdout.write(line)
+            log_file.write(line)
+        code = process.wait()
+    summary = read_json(run.directory / RUN_FILES["summary"])
+    if code != 0 and not (summary and str(summary.get("stop_reason", "")).startswith("stopped by")):
+        raise RuntimeError(f"torchrun exited with status {code}; see {log_path}")
+    if summary is None:
+        raise RuntimeError(f"torchrun wrote no summary.json; see {log_path}")
+    return summary
+
+
+def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
+    """Evaluate a trained run with ``tablefree.evaluate.run_eval``; per-example records are kept."""
+    from tablefree.evaluate import run_eval
+
+    return run_eval(
+        run.directory,
+        config.eval.tasks,
+        data_dir=config.eval.data_dir,
+        limit=config.eval.limit,
+        batch_size=config.eval.batch_size,
+        device=eval_device(config.eval.device),
+        examples_out=run.directory / RUN_FILES["examples"],
+        val_data=run.recipe["data"]["dir"],
+        out=run.directory / RUN_FILES["eval"],
+    )
+
+
+def eval_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def prepare_data(config: CompareConfig, log=print) -> None:
+    """Prepare ``dataset.corpus`` into ``dataset.dir`` unless that holds a complete dataset already."""
+    spec = config.dataset
+    if not spec.dir or (Path(spec.dir) / "manifest.json").exists():
+        return
+    if not spec.corpus:
+        raise FileNotFoundError(
+            f"dataset.dir {spec.dir} holds no prepared dataset (manifest.json) and dataset.corpus is not set"
+        )
+    from tablefree.data.prepare import prepare_dataset
+
+    log(f"preparing {spec.corpus} into {spec.dir} (vocab {spec.vocab_size})")
+    prepare_dataset(
+        spec.corpus,
+        spec.dir,
+        tokenizer=spec.tokenizer,
+        vocab_size=spec.vocab_size,
+        val_fraction=spec.val_fraction,
+        workers=spec.workers,
+        text_field=spec.text_field,
+        gutenberg=spec.gutenberg,
+    )
+
+
+def check_eval_data(config: CompareConfig) -> None:
+    """Fail before any training when a requested benchmark's files are missing (the error says how to get them)."""
+    from tablefree.evaluate import get_task
+    from tablefree.evaluate.tasks import task_files
+
+    for name in config.eval.tasks:
+        if name != "validation":
+            task_files(get_task(name), config.eval.data_dir)
+
+
+def write_sweep_config(config: CompareConfig, out: Path) -> None:
+    """Record the sweep's config; refuse an output directory that holds a sweep with another recipe."""
+    path = out / "compare.yaml"
+    data = to_dict(config)
+    data["resolved_recipe"] = base_recipe(config)
+    if path.exists():
+        previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if "resolved_recipe" in previous and previous["resolved_recipe"] != data["resolved_recipe"]:
+            raise ValueError(
+                f"{out} holds a sweep with a different training recipe (see resolved_recipe in {path}); runs "
+                "from two recipes must not be mixed: use another --out"
+            )
+        data["interfaces"] = _union(previous.get("interfaces", []), config.interfaces)
+        data["seeds"] = _union(previous.get("seeds", []), config.seeds)
+    _write_yaml_atomic(path, data)
+
+
+def _union(first: list, second: list) -> list:
+    return list(dict.fromkeys([*first, *second]))
+
+
+def _write_yaml_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
