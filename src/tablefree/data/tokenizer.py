@@ -162,19 +162,29 @@ def is_split_safe(tokenizer: Tokenizer) -> bool:
     )
 
 
+# Unicode White_Space, the regex class \s of the byte-level pre-tokenizer.
+_WHITESPACE = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
+    map(chr, range(0x2000, 0x200B))
+)
+
+
 def split_points(text: str, piece_chars: int) -> Iterator[int]:
-    """Cut positions about ``piece_chars`` apart, each right after a newline that follows a non-space
-    character and precedes one: there the byte-level pre-tokenizer always splits the text anyway."""
-    position = piece_chars
+    """Cut positions about ``piece_chars`` apart: after a newline, at the last character of the whitespace run
+    that contains it, when a non-space character follows.
+
+    There the GPT-2 pre-tokenizer regex always splits: a whitespace run followed by a non-space becomes the
+    pre-tokens (run minus its last character) and (last character + what follows), and a piece that ends with
+    the run minus its last character yields that same pre-token. So encoding the pieces gives exactly the
+    tokens of the whole (tested in tests/test_data_tokenizer.py)."""
+    position, end = piece_chars, len(text)
     while True:
-        cut = text.find("\n", position)
-        while cut != -1 and not _safe_cut(text, cut):
-            cut = text.find("\n", cut + 1)
-        if cut == -1:
+        newline = text.find("\n", position)
+        if newline == -1:
             return
-        yield cut + 1
-        position = cut + 1 + piece_chars
-
-
-def _safe_cut(text: str, newline: int) -> bool:
-    return 0 < newline < len(text) - 1 and not text[newline - 1].isspace() and not text[newline + 1].isspace()
+        after = newline + 1
+        while after < end and text[after] in _WHITESPACE:
+            after += 1
+        if after >= end:
+            return
+        yield after - 1
+        position = after - 1 + piece_chars
