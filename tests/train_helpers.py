@@ -94,3 +94,29 @@ def micro_config(data_dir: Path, **overrides):
     }
     data = apply_overrides(data, [f"{k}={v}" for k, v in overrides.items()])
     return from_dict(TrainConfig, data, where="test config")
+
+
+def write_config(path: Path, config) -> Path:
+    """Save a TrainConfig as YAML for the command line."""
+    import yaml
+
+    from tablefree.config import to_dict
+
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    return path
+
+
+def cli_env(threads: int = 1) -> dict[str, str]:
+    """Environment for training subprocesses: fixed thread count (bit-exact comparisons need the same one)."""
+    import os
+
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env.pop("TABLEFREE_FAULT_KILL_AFTER_STEP", None)
+    return env
+
+
+def train_losses(run_dir: Path) -> dict[int, float]:
+    """step -> train_loss from a run's metrics.jsonl."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}

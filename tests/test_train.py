@@ -1,0 +1,184 @@
+"""The training loop in-process: matched runs across interfaces, the run-directory format, non-finite losses,
+refusing pickled code, and resume safety checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import pytest
+import torch
+import yaml
+
+from tablefree.checkpoint import load_model, resolve_checkpoint
+from tablefree.config import from_dict
+from tablefree.train import checkpointing, trainer
+from tablefree.train.config import TrainConfig
+from tablefree.train.trainer import NonFiniteLossError, train
+from train_helpers import make_dataset, micro_config
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("train") / "data")
+
+
+def record_run(monkeypatch, config, run_dir):
+    """Train, capturing the freshly initialised weights and every micro-batch's targets."""
+    captured = {"init": None, "targets": []}
+    real_build, real_loss = trainer.build_model, trainer.cross_entropy_loss
+
+    def build_model(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
+        return model
+
+    def loss(logits, targets):
+        captured["targets"].append(targets.clone())
+        return real_loss(logits, targets)
+
+    monkeypatch.setattr(trainer, "build_model", build_model)
+    monkeypatch.setattr(trainer, "cross_entropy_loss", loss)
+    try:
+        summary = train(config, run_dir)
+    finally:
+        monkeypatch.undo()
+    return captured, summary
+
+
+def test_matched_init_and_data_order_across_interfaces(monkeypatch, data_dir, tmp_path) -> None:
+    runs = {}
+    for name in ("learned", "canonical", "affine"):
+        config = micro_config(data_dir, budget="3 steps", **{"model.interface.name": name})
+        runs[name], _ = record_run(monkeypatch, config, tmp_path / name)
+    backbone = {k: v for k, v in runs["learned"]["init"].items() if not k.startswith("input.")}
+    assert len(backbone) > 10
+    for name in ("canonical", "affine"):
+        other = {k: v for k, v in runs[name]["init"].items() if not k.startswith("input.")}
+        assert other.keys() == backbone.keys()
+        assert all(torch.equal(other[k], backbone[k]) for k in backbone)
+        assert len(runs[name]["targets"]) == len(runs["learned"]["targets"]) == 6
+        assert all(
+            torch.equal(a, b) for a, b in zip(runs[name]["targets"], runs["learned"]["targets"], strict=True)
+        )
+    # and the seed matters for both
+    reseeded, _ = record_run(
+        monkeypatch, micro_config(data_dir, budget="3 steps", seed=1), tmp_path / "seed1"
+    )
+    assert not torch.equal(reseeded["init"]["head.weight"], runs["learned"]["init"]["head.weight"])
+    assert not torch.equal(reseeded["targets"][0], runs["learned"]["targets"][0])
+
+
+def test_run_directory_format(data_dir, tmp_path) -> None:
+    config = micro_config(data_dir, budget="6 steps", checkpoint_every=2, keep_last=2, val_every=3)
+    run_dir = tmp_path / "run"
+    summary = train(config, run_dir)
+    # config.yaml is the resolved config and loads back as a TrainConfig
+    saved = from_dict(TrainConfig, yaml.safe_load((run_dir / "config.yaml").read_text()), where="config.yaml")
+    assert saved.model.vocab_size == 96 and saved.seq_len == 32 and saved.seed == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if "train_loss" in r]
+    assert [r["step"] for r in train_records] == [1, 2, 3, 4, 5, 6]
+    assert {"step", "tokens", "train_loss", "lr", "tokens_per_s", "mfu", "grad_norm"} <= train_records[
+        0
+    ].keys()
+    assert [r["tokens"] for r in train_records] == [256 * s for s in range(1, 7)]
+    assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
+    assert train_records[-1]["train_loss"] < train_records[0]["train_loss"]
+    on_disk = json.loads((run_dir / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    assert summary["completed"] and summary["tokens_seen"] == 6 * 256 and summary["interface"] == "learned"
+    assert summary["final_train_loss"] == train_records[-1]["train_loss"]
+    assert summary["params"]["total_trainable"] == summary["params"]["non_embedding"] + 96 * 32
+    for key in ("wall_time_s", "tokens_per_s", "final_val_loss", "seed"):
+        assert key in summary
+    # checkpoints: the last two kept, each complete and loadable by the evaluation side
+    steps = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert steps == ["step_00000004", "step_00000006"]
+    newest = resolve_checkpoint(run_dir)
+    assert newest.name == "step_00000006"
+    meta = json.loads((newest / "meta.json").read_text())
+    manifest = json.loads((data_dir / "manifest.json").read_text())
+    assert meta["step"] == 6 and meta["tokens_seen"] == 1536 and meta["data_dir"] == str(data_dir)
+    assert meta["tokenizer_hash"] == manifest["tokenizer_hash"]
+    assert (newest / "tokenizer.json").read_bytes() == (data_dir / "tokenizer.json").read_bytes()
+    model, _ = load_model(run_dir)
+    inputs = torch.randint(0, 96, (2, 16))
+    assert model(inputs).shape == (2, 16, 96)
+    # a fresh run must not overwrite it
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(config, run_dir)
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(monkeypatch, data_dir, tmp_path) -> None:
+    calls = {"n": 0}
+    real_loss = trainer.cross_entropy_loss
+
+    def loss(logits, targets):  # micro-steps 9 and 10 belong to optimizer step 5 (grad_accum 2)
+        calls["n"] += 1
+        value = real_loss(logits, targets)
+        return value * float("nan") if calls["n"] >= 9 else value
+
+    monkeypatch.setattr(trainer, "cross_entropy_loss", loss)
+    run_dir = tmp_path / "run"
+    config = micro_config(data_dir, budget="8 steps", checkpoint_every=2)
+    with pytest.raises(NonFiniteLossError, match=r"step 5: the training loss is nan.*step_00000004"):
+        train(config, run_dir)
+    last = checkpointing.latest_checkpoint(run_dir)
+    assert last.name == "step_00000004"
+    assert checkpointing.load_train_state(last)["step"] == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not summary["completed"] and "step 5" in summary["stop_reason"] and summary["step"] == 4
+    model, _ = load_model(run_dir)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+class WritesAFile:
+    """A pickle payload that would create a file if unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_malicious_pickle_is_refused_and_never_runs(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="2 steps"), run_dir)
+    checkpoint = checkpointing.latest_checkpoint(run_dir)
+    marker = tmp_path / "pwned"
+    state = checkpointing.load_train_state(checkpoint)
+    state["loader"] = WritesAFile(str(marker))
+    with open(checkpoint / checkpointing.TRAIN_STATE_FILE, "wb") as handle:
+        pickle.dump(state, handle, protocol=2)
+    with pytest.raises(ValueError, match="refused to load"):
+        checkpointing.load_train_state(checkpoint)
+    with pytest.raises(ValueError, match="refused to load"):
+        train(micro_config(data_dir, budget="4 steps"), run_dir, resume=True)
+    assert not marker.exists()
+
+
+def test_resume_refuses_a_changed_experiment_or_tokenizer(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="2 steps"), run_dir)
+    with pytest.raises(ValueError, match="--resume: seed differs"):
+        train(micro_config(data_dir, budget="4 steps", seed=3), run_dir, resume=True)
+    meta_path = checkpointing.latest_checkpoint(run_dir) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["tokenizer_hash"] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="tokenizer hash"):
+        train(micro_config(data_dir, budget="4 steps"), run_dir, resume=True)
+
+
+def test_resume_continues_in_process_and_extends_the_budget(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="3 steps", **{"schedule.name": "constant"}), run_dir)
+    summary = train(
+        micro_config(data_dir, budget="5 steps", **{"schedule.name": "constant"}), run_dir, resume=True
+    )
+    assert summary["completed"] and summary["step"] == 5 and summary["tokens_seen"] == 5 * 256
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s for s in steps] == [1, 2, 3, 3, 4, 5, 5]  # train 1-3, val 3, train 4-5, val 5
