@@ -356,8 +356,6 @@ def prepare_dataset(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = workers or os.cpu_count() or 1
-    if overwrite:
-        _clear(out_dir)
     _remove_temp_files(out_dir)
 
     if hub is None:
@@ -370,6 +368,8 @@ def prepare_dataset(
         docs = HubDocuments(hub, text_field, val_fraction, seed, max_documents)
         sources = [{"hub": hub.as_dict(), "max_documents": max_documents}]
 
+    if overwrite:  # only now that the corpus has been read without error
+        _clear(out_dir)
     settings = {
         "val_fraction": val_fraction,
         "seed": seed,

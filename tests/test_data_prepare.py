@@ -1,0 +1,246 @@
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tablefree.cli import main
+from tablefree.data.loader import TokenLoader, split_shards
+from tablefree.data.prepare import STATE_FILE, HubSource, check_dataset_tokenizer, prepare_dataset
+from tablefree.data.shards import open_shard, read_header
+from tablefree.data.tokenizer import eot_id, load_tokenizer, tokenizer_hash, train_tokenizer_from_texts
+
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+    "pi",
+    "rho",
+    "sigma",
+]
+
+
+def synthetic_docs(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        words = rng.choice(WORDS, size=int(rng.integers(5, 60)))
+        lines = [" ".join(words[j : j + 8]) for j in range(0, len(words), 8)]
+        docs.append(f"Document {i}: café ✓\n" + "\n".join(lines) + "\n")
+    return docs
+
+
+@pytest.fixture(scope="module")
+def jsonl_corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    docs = synthetic_docs(400)
+    with open(root / "docs.jsonl", "w", encoding="utf-8") as out:
+        for i, doc in enumerate(docs):
+            out.write(json.dumps({"text": doc}) + "\n")
+            if i == 7:
+                out.write("{broken json\n")
+    return root, docs
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(jsonl_corpus, tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_tokenizer_from_texts(jsonl_corpus[1], 300, path)
+    return path
+
+
+def split_documents(data_dir, split: str, eot: int, tokenizer) -> list[str]:
+    """Decode a split's token stream back into documents (each starts with EOT)."""
+    stream = np.concatenate([np.asarray(open_shard(p)) for p in split_shards(data_dir, split)])
+    assert stream[0] == eot
+    bounds = [*np.flatnonzero(stream == eot).tolist(), len(stream)]
+    return [tokenizer.decode(stream[a + 1 : b].tolist()) for a, b in itertools.pairwise(bounds)]
+
+
+def test_prepare_round_trip_split_and_manifest(jsonl_corpus, tmp_path) -> None:
+    root, docs = jsonl_corpus
+    out = tmp_path / "data"
+    manifest = prepare_dataset(
+        root, out, vocab_size=300, val_fraction=0.1, workers=1, shard_tokens=3000, progress=False
+    )
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+    tokenizer = load_tokenizer(out / "tokenizer.json")  # trained here, on the training documents only
+    assert manifest["version"] == 1 and manifest["tokenizer_file"] == "tokenizer.json"
+    assert manifest["tokenizer_hash"] == tokenizer_hash(out / "tokenizer.json")
+    assert manifest["vocab_size"] == 300 and manifest["eot_id"] == eot_id(tokenizer)
+    train = split_documents(out, "train", manifest["eot_id"], tokenizer)
+    val = split_documents(out, "val", manifest["eot_id"], tokenizer)
+    # Exact round trip of every document, each in exactly one split, none lost or repeated.
+    assert sorted(train + val) == sorted(docs)
+    assert not set(train) & set(val)
+    assert len(val) == round(0.1 * len(docs)) == manifest["splits"]["val"]["documents"]
+    assert len(train) == manifest["splits"]["train"]["documents"]
+    assert train == [d for d in docs if d in set(train)]  # corpus order kept
+    for split in ("train", "val"):
+        info = manifest["splits"][split]
+        assert info["tokens"] == sum(s["tokens"] for s in info["shards"])
+        for i, shard in enumerate(info["shards"]):
+            path = out / shard["file"]
+            assert shard["file"] == f"{split}_{i:06d}.bin"
+            assert read_header(path) == (1, shard["tokens"])
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"]
+        assert all(s["tokens"] == 3000 for s in info["shards"][:-1])
+    assert [s["file"] for s in manifest["sources"]] == ["docs.jsonl"]
+    assert manifest["sources"][0]["sha256"] == hashlib.sha256((root / "docs.jsonl").read_bytes()).hexdigest()
+    assert manifest["corpus"]["junk"] == {"invalid-json": 1}
+    assert manifest["corpus"]["junk_items"][0]["line"] == 9
+    assert not (out / STATE_FILE).exists()
+    loader = TokenLoader.from_dir(out, "train", seq_len=64, batch_size=4)
+    inputs, targets = loader.batch(0)
+    assert inputs.shape == targets.shape == (4, 64)
+    assert int(inputs.max()) < manifest["vocab_size"]
+    # Re-running on a complete dataset returns its manifest and rewrites nothing.
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert (
+        prepare_dataset(
+            root, out, vocab_size=300, val_fraction=0.1, workers=1, shard_tokens=3000, progress=False
+        )
+        == manifest
+    )
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_workers_and_seeds(jsonl_corpus, tokenizer_path, tmp_path) -> None:
+    root, _ = jsonl_corpus
+    kwargs = dict(tokenizer=tokenizer_path, val_fraction=0.05, shard_tokens=2000, progress=False)
+    one = prepare_dataset(root, tmp_path / "w1", workers=1, **kwargs)
+    two = prepare_dataset(root, tmp_path / "w2", workers=2, **kwargs)
+    assert one["splits"] == two["splits"]  # byte-identical shards (sha256) whatever the worker count
+    other = prepare_dataset(root, tmp_path / "s1", workers=1, seed=1, **kwargs)
+    assert other["splits"]["val"]["shards"] != one["splits"]["val"]["shards"]
+
+
+def test_tokenizer_mismatch_is_an_error(jsonl_corpus, tokenizer_path, tmp_path) -> None:
+    root, docs = jsonl_corpus
+    out = tmp_path / "data"
+    prepare_dataset(root, out, tokenizer=tokenizer_path, workers=1, shard_tokens=5000, progress=False)
+    other = train_tokenizer_from_texts(docs[:50], 280)
+    with pytest.raises(ValueError, match="tokenizer mismatch"):
+        prepare_dataset(root, out, tokenizer=other, workers=1, shard_tokens=5000, progress=False)
+    with pytest.raises(ValueError, match="tokenizer mismatch"):
+        check_dataset_tokenizer(out, other)
+    check_dataset_tokenizer(out, tokenizer_path)
+    with pytest.raises(ValueError, match="other inputs or settings"):
+        prepare_dataset(root, out, tokenizer=tokenizer_path, workers=1, shard_tokens=4000, progress=False)
+
+
+def test_uint32_shards_for_large_vocabularies(tmp_path) -> None:
+    tokenizer = train_tokenizer_from_texts(synthetic_docs(50), 300)
+    tokenizer.add_special_tokens([f"<extra_{i}>" for i in range(70_000)])
+    text = "alpha <extra_69999> beta\n"
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "b.txt").write_text("gamma delta\n")
+    manifest = prepare_dataset(tmp_path, tmp_path / "out", tokenizer=tokenizer, workers=1, progress=False)
+    assert manifest["vocab_size"] > 65_536 and manifest["shard_format"]["version"] == 2
+    tokens = np.concatenate([open_shard(p) for p in split_shards(tmp_path / "out", "train")])
+    assert tokens.dtype == np.uint32 and tokenizer.token_to_id("<extra_69999>") in tokens.tolist()
+
+
+_PREPARE_SCRIPT = """
+import sys
+from tablefree.data.prepare import prepare_dataset
+prepare_dataset(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], workers=1, shard_tokens=500,
+                val_fraction=0.2, progress=False)
+"""
+
+
+def test_kill_midway_then_resume_is_byte_identical(jsonl_corpus, tokenizer_path, tmp_path) -> None:
+    root, _ = jsonl_corpus
+    kwargs = dict(tokenizer=tokenizer_path, workers=1, shard_tokens=500, val_fraction=0.2, progress=False)
+    reference = prepare_dataset(root, tmp_path / "reference", **kwargs)
+    out = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _PREPARE_SCRIPT, str(root), str(out), str(tokenizer_path)]
+    )
+    state = out / STATE_FILE
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            if state.exists():
+                journal = json.loads(state.read_text())
+                if len(journal["splits"]["train"]["shards"]) >= 3:
+                    break
+            time.sleep(0.005)
+        assert process.poll() is None, "prepare finished before it could be killed; make the corpus larger"
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists()
+    journal = json.loads(state.read_text())
+    written = journal["splits"]["train"]["shards"]
+    total = len(reference["splits"]["train"]["shards"])
+    assert 3 <= len(written) < total
+    # Damage a finished shard too: the resumed run must notice and redo it and everything after it.
+    (out / written[1]["file"]).write_bytes(b"\0" * 1024)
+    resumed = prepare_dataset(root, out, **kwargs)
+    assert resumed["splits"] == reference["splits"]
+    for split in ("train", "val"):
+        names = sorted(p.name for p in out.glob(f"{split}_*.bin"))
+        assert names == [s["file"] for s in reference["splits"][split]["shards"]]
+    assert not list(out.glob(".*.tmp.*")) and not state.exists()
+
+
+def test_hub_stream_code_path_on_local_parquet(jsonl_corpus, tokenizer_path, tmp_path) -> None:
+    pytest.importorskip("datasets")
+    _, docs = jsonl_corpus
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.table({"text": docs[:60], "id": list(range(60))}), path)
+    source = HubSource("parquet", data_files=str(path))
+    manifest = prepare_dataset(
+        None,
+        tmp_path / "out",
+        tokenizer=tokenizer_path,
+        hub=source,
+        val_fraction=0.2,
+        workers=1,
+        max_documents=50,
+        progress=False,
+    )
+    counts = {s: manifest["splits"][s]["documents"] for s in ("train", "val")}
+    assert counts["train"] + counts["val"] == 50 and counts["val"] > 0
+    tokenizer = load_tokenizer(tokenizer_path)
+    got = split_documents(tmp_path / "out", "train", manifest["eot_id"], tokenizer)
+    got += split_documents(tmp_path / "out", "val", manifest["eot_id"], tokenizer)
+    assert sorted(got) == sorted(docs[:50])
+    assert manifest["sources"][0]["hub"]["name"] == "parquet"
+
+
+def test_prepare_verb(jsonl_corpus, tokenizer_path, tmp_path, capsys) -> None:
+    root, _ = jsonl_corpus
+    out = tmp_path / "data"
+    argv = ["data", "prepare", str(root), "--tokenizer", str(tokenizer_path), "--out", str(out)]
+    assert main([*argv, "--workers", "1", "--shard-tokens", "4000", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "invalid-json" in printed and "docs.jsonl:9" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert f"train: {manifest['splits']['train']['documents']:,} documents" in printed
+    assert main([*argv, "--workers", "1", "--strict", "--no-progress", "--overwrite"]) == 1
+    assert "docs.jsonl:9: invalid-json" in capsys.readouterr().err
