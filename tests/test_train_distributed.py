@@ -1,0 +1,84 @@
+"""torchrun with 2 processes on CPU (gloo): DDP and FSDP2 follow the single-process loss trajectory for the same
+global batch, and checkpoints move between world sizes (2 processes -> 1 and 1 -> 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tablefree.train import checkpointing
+from tablefree.train.parallelize import free_port
+from tablefree.train.trainer import KILL_AFTER_STEP_ENV
+from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
+
+pytestmark = pytest.mark.slow
+
+STEPS = 8
+# Same global batch, different reduction order: equal to fp32 rounding, compounded over a few Adam steps.
+TOLERANCE = dict(rel=1e-5, abs=1e-5)
+
+
+def command(config_path, run_dir, processes: int, *extra: str) -> list[str]:
+    launcher = [sys.executable, "-m", "tablefree.cli"]
+    if processes > 1:
+        launcher = [
+            sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+            "--master-port", str(free_port()), "-m", "tablefree.cli",
+        ]  # fmt: skip
+    return [*launcher, "train", "--config", str(config_path), "--run-dir", str(run_dir), *extra]
+
+
+def run(
+    config_path, run_dir, processes: int, *extra: str, kill_after: int = 0
+) -> subprocess.CompletedProcess:
+    env = cli_env()
+    if kill_after:
+        env[KILL_AFTER_STEP_ENV] = str(kill_after)
+    result = subprocess.run(
+        command(config_path, run_dir, processes, *extra), env=env, capture_output=True, text=True, timeout=240
+    )
+    if kill_after:
+        assert result.returncode != 0, result.stdout
+        assert checkpointing.latest_checkpoint(run_dir).name == "step_00000004"
+    else:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distributed")
+    data_dir = make_dataset(root / "data")
+    # micro_batch 2: one process accumulates 4 micro-steps, two processes 2 each; 8 sequences per step
+    config = micro_config(data_dir, budget=f"{STEPS} steps", micro_batch=2, checkpoint_every=4)
+    config_path = write_config(root / "config.yaml", config)
+    run(config_path, root / "reference", 1)
+    return config_path, train_losses(root / "reference")
+
+
+def assert_matches(losses: dict[int, float], reference: dict[int, float]) -> None:
+    assert list(losses) == list(reference)
+    for step, loss in losses.items():
+        assert loss == pytest.approx(reference[step], **TOLERANCE), f"step {step}"
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_two_processes_match_one_and_their_checkpoint_resumes_in_one(setup, tmp_path, parallel) -> None:
+    config_path, reference = setup
+    run_dir = tmp_path / "run"
+    run(config_path, run_dir, 2, f"parallel={parallel}", kill_after=6)
+    assert_matches(train_losses(run_dir), {s: reference[s] for s in range(1, 7)})
+    resumed = run(config_path, run_dir, 1, "--resume")
+    assert "resumed from" in resumed.stdout
+    assert_matches(train_losses(run_dir), reference)
+
+
+def test_one_process_checkpoint_resumes_in_two(setup, tmp_path) -> None:
+    config_path, reference = setup
+    run_dir = tmp_path / "run"
+    run(config_path, run_dir, 1, kill_after=6)
+    run(config_path, run_dir, 2, "parallel=fsdp", "--resume")
+    assert_matches(train_losses(run_dir), reference)
+    assert (run_dir / "summary.json").exists()
