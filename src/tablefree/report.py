@@ -823,7 +823,9 @@ def _figure_differences(runs: list[Run], report: dict[str, Any], colors: dict[st
     comps = [c for c in report["statistics"]["comparisons"] if c["metric"] in metrics]
     if not comps:
         return None
-    figure, axes = _grid(len(metrics), height=0.9 + 0.7 * len(list(combinations(report["interfaces"], 2))))
+    figure, axes = _grid(
+        len(metrics), height=max(2.6, 1.2 + 0.7 * len(list(combinations(report["interfaces"], 2))))
+    )
     for ax, name in zip(axes, metrics, strict=True):
         rows = [c for c in comps if c["metric"] == name]
         for y, c in enumerate(rows):

@@ -1,0 +1,193 @@
+"""The interface-comparison sweep end to end at toy scale: report files, a failed run, an interrupted sweep."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from tablefree.compare import CompareConfig, load_compare_config, run_recipe, run_sweep
+from tablefree.config import from_dict
+from tablefree.train import trainer
+
+RECIPE = {
+    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+    "budget": "8 steps",
+    "batch_tokens": 512,
+    "micro_batch": 8,
+    "seq_len": 64,
+    "optim": {"lr": 2e-3},
+    "schedule": {"name": "cosine", "warmup_steps": 2},
+    "log_every": 2,
+    "val_every": 4,
+    "val_batches": 2,
+    "checkpoint_every": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real byte-level BPE dataset from the language reference that ships with Python."""
+    from pydoc_data.topics import topics
+
+    from tablefree.data.prepare import prepare_dataset
+
+    root = tmp_path_factory.mktemp("data")
+    corpus = root / "topics.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
+    prepare_dataset(corpus, root / "topics-512", vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    return root / "topics-512"
+
+
+def sweep_config(dataset: Path, out: Path, shared_eval: Path | None) -> CompareConfig:
+    tasks = ["validation", "piqa"] if shared_eval else ["validation"]
+    data = {
+        "name": "toy",
+        "train": RECIPE,
+        "dataset": {"dir": str(dataset)},
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0, 1],
+        "eval": {"tasks": tasks, "limit": 24, "data_dir": str(shared_eval) if shared_eval else None},
+        "out": str(out),
+        "bootstrap": 200,
+    }
+    return from_dict(CompareConfig, data)
+
+
+def shared_eval_dir() -> Path | None:
+    """The shared benchmark files when present (they are in CI); the sweep then also scores PIQA."""
+    directory = Path(__file__).resolve().parents[2] / "shared" / "data" / "eval"
+    return directory if (directory / "piqa" / "valid.jsonl").exists() else None
+
+
+def test_run_recipe_changes_only_interface_and_seed() -> None:
+    base = {
+        "model": {"preset": "tiny", "interface": {"name": "learned", "lift": "interleave"}},
+        "seed": 0,
+        "x": 1,
+    }
+    run = run_recipe(base, "affine", 3)
+    assert run == {
+        "model": {"preset": "tiny", "interface": {"name": "affine", "lift": "interleave"}},
+        "seed": 3,
+        "x": 1,
+    }
+    assert base["model"]["interface"]["name"] == "learned"  # the base recipe is not modified
+
+
+def test_sweep_reports_survives_a_failure_and_resumes(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "sweep"
+    config = sweep_config(dataset, out, shared_eval_dir())
+    real_train = trainer.train
+    calls: list[str] = []
+
+    def failing_train(train_config, run_dir, resume=False):
+        calls.append(Path(run_dir).name)
+        if Path(run_dir).name == "learned-s1":
+            raise RuntimeError("injected failure")
+        return real_train(train_config, run_dir, resume=resume)
+
+    # 1. One run fails; the other three finish and the report names the failure.
+    monkeypatch.setattr(trainer, "train", failing_train)
+    result = run_sweep(config, log=lambda _: None)
+    assert result["failed"] == ["learned-s1"]
+    assert [name for name, state in result["runs"].items() if state == "done"] == [
+        "learned-s0",
+        "canonical-s0",
+        "canonical-s1",
+    ]
+    assert "injected failure" in (out / "runs" / "learned-s1" / "error.txt").read_text()
+    assert "learned-s1 failed" in (out / "report.md").read_text()
+
+    # 2. The retry of the failed run is interrupted (SIGINT) midway: the trainer checkpoints and the sweep stops.
+    real_lr_at = trainer.lr_at
+
+    def interrupting_lr_at(step, *args):
+        if step == 5:
+            signal.raise_signal(signal.SIGINT)
+        return real_lr_at(step, *args)
+
+    monkeypatch.setattr(trainer, "train", real_train)
+    monkeypatch.setattr(trainer, "lr_at", interrupting_lr_at)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(config, log=lambda _: None)
+    interrupted = out / "runs" / "learned-s1"
+    assert not json.loads((interrupted / "summary.json").read_text())["completed"]
+    assert (interrupted / "checkpoints" / "step_00000005" / "COMPLETE").exists()
+
+    # 3. Re-running trains only the interrupted run, resuming it; finished runs are not touched.
+    monkeypatch.setattr(trainer, "lr_at", real_lr_at)
+    finished = ["learned-s0", "canonical-s0", "canonical-s1"]
+    stamps = {
+        name: [(out / "runs" / name / f).stat().st_mtime_ns for f in ("summary.json", "eval.json")]
+        for name in finished
+    }
+    calls.clear()
+    resumed_from: list[str] = []
+
+    def counting_train(train_config, run_dir, resume=False):
+        calls.append(Path(run_dir).name)
+        resumed_from.append(sorted((Path(run_dir) / "checkpoints").glob("step_*"))[-1].name)
+        return real_train(train_config, run_dir, resume=resume)
+
+    monkeypatch.setattr(trainer, "train", counting_train)
+    result = run_sweep(config, log=lambda _: None)
+    assert calls == ["learned-s1"] and resumed_from == ["step_00000005"]
+    assert result["failed"] == [] and set(result["runs"].values()) == {"done"}
+    for name in finished:
+        now = [(out / "runs" / name / f).stat().st_mtime_ns for f in ("summary.json", "eval.json")]
+        assert now == stamps[name], f"{name} was redone"
+    steps = [json.loads(line)["step"] for line in (interrupted / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps) and steps[-1] == 8
+
+    # The report: JSON parses, figures are real images, the markdown covers every interface and metric.
+    report = json.loads((out / "report.json").read_text())
+    assert report["interfaces"] == ["learned", "canonical"]
+    assert {run["state"] for run in report["runs"]} == {"done"}
+    assert "validation/val_loss" in report["metrics"]
+    comparisons = report["statistics"]["comparisons"]
+    assert {c["metric"] for c in comparisons} >= {"validation/val_loss", "validation/bits_per_byte"}
+    assert all(c["sentence"].startswith(("resolved:", "not resolved at this scale")) for c in comparisons)
+    if shared_eval_dir():
+        assert any(
+            c["metric"] == "piqa/acc" and c["method"].startswith("paired bootstrap") for c in comparisons
+        )
+    assert set(report["statistics"]["cv_val_ppl"]) == {"learned", "canonical"}
+    markdown = (out / "report.md").read_text()
+    for word in ("learned", "canonical", "## Statistics", "## Parameters", "git commit", "torch"):
+        assert word in markdown
+    assert len(report["figures"]) == 3
+    for figure in report["figures"]:
+        path = out / figure["path"]
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        height, width, _ = matplotlib.image.imread(path).shape
+        assert height > 150 and width > 400
+
+
+def test_load_compare_config_applies_command_line_choices(tmp_path: Path) -> None:
+    path = tmp_path / "compare-x.yaml"
+    path.write_text("train: {data: {dir: somewhere}}\ninterfaces: [learned]\nseeds: [0]\n")
+    config = load_compare_config(path, interfaces=["canonical", "affine"], seeds=[4, 5], out=tmp_path / "o")
+    assert (config.name, config.interfaces, config.seeds) == ("compare-x", ["canonical", "affine"], [4, 5])
+    assert config.out_dir == tmp_path / "o"
+    path.write_text("interfaces: [learned, tabular]\n")
+    with pytest.raises(ValueError, match="tabular"):
+        load_compare_config(path)
+
+
+def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:
+    from tablefree.compare import write_sweep_config
+
+    config = sweep_config(dataset, tmp_path, None)
+    write_sweep_config(config, tmp_path)
+    changed = sweep_config(dataset, tmp_path, None)
+    changed.train = {**RECIPE, "budget": "16 steps"}
+    with pytest.raises(ValueError, match="different training recipe"):
+        write_sweep_config(changed, tmp_path)
