@@ -16,7 +16,7 @@ from tablefree.config import from_dict
 from tablefree.train import checkpointing, trainer
 from tablefree.train.config import TrainConfig
 from tablefree.train.trainer import NonFiniteLossError, train
-from train_helpers import make_dataset, micro_config
+from train_helpers import make_dataset, micro_config, train_losses
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +182,12 @@ def test_resume_continues_in_process_and_extends_the_budget(data_dir, tmp_path) 
     assert summary["completed"] and summary["step"] == 5 and summary["tokens_seen"] == 5 * 256
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps] == [1, 2, 3, 3, 4, 5, 5]  # train 1-3, val 3, train 4-5, val 5
+
+
+def test_activation_checkpointing_changes_nothing_but_memory(data_dir, tmp_path) -> None:
+    train(micro_config(data_dir, budget="3 steps"), tmp_path / "plain")
+    train(micro_config(data_dir, budget="3 steps", activation_checkpointing=True), tmp_path / "ac")
+    assert train_losses(tmp_path / "ac") == train_losses(tmp_path / "plain")
+    # names in the checkpoint are the model's own, without the wrapper's prefix
+    model, _ = load_model(tmp_path / "ac")
+    assert "layers.0.attn.wq.weight" in model.state_dict()

@@ -309,6 +309,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
         disable=not (info.is_main and sys.stderr.isatty()),
     )
     train_time = 0.0
+    start_step = step
     interval_time, interval_steps = 0.0, 0
     stop_reason, saved_at = "completed", -1
     train_model.train()
@@ -411,7 +412,8 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
                 os.kill(os.getpid(), signal.SIGKILL)
 
     completed = step >= run_plan.total_steps and stop_reason == "completed"
-    if completed:
+    resumed_finished_run = checkpoint is not None and step == start_step and last_val_loss is not None
+    if completed and not resumed_finished_run:
         last_val_loss = validation_loss(
             train_model, val_loader, config.val_batches, run_plan, device, autocast
         )
