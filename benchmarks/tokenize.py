@@ -25,6 +25,7 @@ else:  # and when run as a script, keep this folder off the import path for the 
 
 import argparse
 import os
+import resource
 import subprocess
 import tempfile
 import time
@@ -32,20 +33,41 @@ import time
 REPO = Path(__file__).resolve().parents[1]
 
 
-def raw_encode_seconds(tokenizer_path: Path, corpus: Path, threads: str) -> float:
-    """Seconds for encode_batch over all documents, in a fresh process (tokenizers fixes its thread pool once)."""
-    code = f"""
-import time
+_RAW = """
+import resource, sys, time
 from tablefree.data.corpus import Corpus
-from tablefree.data.tokenizer import load_tokenizer
-tok = load_tokenizer({str(tokenizer_path)!r})
-docs = list(Corpus({str(corpus)!r}).documents())
+from tablefree.data.prepare import PIECE_CHARS
+from tablefree.data.tokenizer import load_tokenizer, split_points
+tok = load_tokenizer(sys.argv[1])
+texts = list(Corpus(sys.argv[2]).documents())
+if sys.argv[3] == "pieces":
+    texts = [t[a:b] for t in texts for a, b in zip([0, *split_points(t, PIECE_CHARS)], [*split_points(t, PIECE_CHARS), len(t)])]
+cpu = resource.getrusage(resource.RUSAGE_SELF)
 start = time.perf_counter()
-tok.encode_batch(docs, add_special_tokens=False)
+tok.encode_batch(texts, add_special_tokens=False)
+wall = time.perf_counter() - start
+end = resource.getrusage(resource.RUSAGE_SELF)
+print(wall, end.ru_utime + end.ru_stime - cpu.ru_utime - cpu.ru_stime)
+"""
+
+_PREPARE = """
+import sys, time
+from tablefree.data.prepare import prepare_dataset
+start = time.perf_counter()
+prepare_dataset(sys.argv[2], sys.argv[3], tokenizer=sys.argv[1], workers=int(sys.argv[4]), progress=False)
 print(time.perf_counter() - start)
 """
+
+
+def measure(code: str, *args: str, threads: str = "true") -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of a fresh process (tokenizers fixes its
+    thread pool once per process). Wall time is the one the script reports itself, so imports don't count."""
     env = dict(os.environ, TOKENIZERS_PARALLELISM=threads)
-    return float(subprocess.check_output([sys.executable, "-c", code], env=env, text=True).strip())
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.check_output([sys.executable, "-c", code, *args], env=env, text=True).split()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return float(out[0]), float(out[1]) if len(out) > 1 else cpu
 
 
 def run_benchmark() -> None:
@@ -61,7 +83,6 @@ def run_benchmark() -> None:
     args = parser.parse_args()
 
     from tablefree.data.corpus import Corpus
-    from tablefree.data.prepare import prepare_dataset
     from tablefree.data.tokenizer import train_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,31 +92,31 @@ def run_benchmark() -> None:
             train_tokenizer(args.corpus, args.vocab_size, tokenizer_path)
             print(f"trained a {args.vocab_size}-token BPE in {time.perf_counter() - start:.1f} s")
         megabytes = sum(len(doc.encode("utf-8")) for doc in Corpus(args.corpus).documents()) / 1e6
-        print(f"corpus: {args.corpus} ({megabytes:.1f} MB of UTF-8 text), cpus: {os.cpu_count()}")
+        print(f"corpus: {args.corpus} ({megabytes:.1f} MB of UTF-8 text), {os.cpu_count()} CPUs")
+        print(f"{'':40s} {'wall MB/s':>10s} {'MB per CPU-s':>13s}")
+        rows = {}
 
-        raw = {
-            threads: megabytes / raw_encode_seconds(tokenizer_path, args.corpus, threads)
-            for threads in ("true", "false")
-        }
-        print(f"raw encode_batch, all cores : {raw['true']:6.2f} MB/s")
-        print(f"raw encode_batch, 1 thread  : {raw['false']:6.2f} MB/s")
+        def report(name: str, wall: float, cpu: float) -> None:
+            rows[name] = (megabytes / wall, megabytes / cpu)
+            print(f"{name:40s} {rows[name][0]:10.2f} {rows[name][1]:13.2f}")
+
+        tok, corpus = str(tokenizer_path), str(args.corpus)
+        report("raw encode_batch, documents, all cores", *measure(_RAW, tok, corpus, "docs"))
+        report("raw encode_batch, documents, 1 thread", *measure(_RAW, tok, corpus, "docs", threads="false"))
+        report("raw encode_batch, our pieces, all cores", *measure(_RAW, tok, corpus, "pieces"))
+        report(
+            "raw encode_batch, our pieces, 1 thread", *measure(_RAW, tok, corpus, "pieces", threads="false")
+        )
         for workers in args.workers:
-            start = time.perf_counter()
-            manifest = prepare_dataset(
-                args.corpus,
-                Path(tmp) / f"w{workers}",
-                tokenizer=tokenizer_path,
-                workers=workers,
-                progress=False,
-            )
-            seconds = time.perf_counter() - start
-            tokens = sum(split["tokens"] for split in manifest["splits"].values())
-            speed = megabytes / seconds
+            out = str(Path(tmp) / f"w{workers}")
+            report(f"data prepare, {workers} worker(s)", *measure(_PREPARE, tok, corpus, out, str(workers)))
+        for workers in args.workers:
+            speed = rows[f"data prepare, {workers} worker(s)"][0]
             print(
-                f"data prepare, {workers} worker(s): {speed:6.2f} MB/s ({tokens:,} tokens in {seconds:.1f} s) "
-                f"= {speed / raw['true']:.2f}x raw all-core, {speed / raw['false']:.2f}x raw 1-thread"
+                f"prepare {workers} worker(s) / raw all cores: {speed / rows['raw encode_batch, documents, all cores'][0]:.2f}x "
+                f"(documents), {speed / rows['raw encode_batch, our pieces, all cores'][0]:.2f}x (pieces)"
             )
-    print(f"load average: {os.getloadavg()}")
+    print(f"load average (1, 5, 15 min): {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -244,3 +244,29 @@ def test_prepare_verb(jsonl_corpus, tokenizer_path, tmp_path, capsys) -> None:
     assert f"train: {manifest['splits']['train']['documents']:,} documents" in printed
     assert main([*argv, "--workers", "1", "--strict", "--no-progress", "--overwrite"]) == 1
     assert "docs.jsonl:9: invalid-json" in capsys.readouterr().err
+
+
+def test_adopt_llmc_shards(tokenizer_path, tmp_path, capsys) -> None:
+    """Shards written the way llm.c / modded-nanogpt write them (header by hand, EOT before each document)."""
+    tokenizer = load_tokenizer(tokenizer_path)
+    eot = eot_id(tokenizer)
+    docs = synthetic_docs(30, seed=3)
+    stream = [t for d in docs for t in [eot, *tokenizer.encode(d, add_special_tokens=False).ids]]
+    for name, part in (
+        ("fineweb_train_000001.bin", stream[:1500]),
+        ("fineweb_val_000000.bin", stream[1500:]),
+    ):
+        header = np.zeros(256, dtype="<i4")
+        header[:3] = (20240520, 1, len(part))
+        (tmp_path / name).write_bytes(header.tobytes() + np.asarray(part, dtype="<u2").tobytes())
+    argv = ["data", "adopt", str(tmp_path), "--tokenizer", str(tokenizer_path)]
+    assert main([*argv, "--train", "fineweb_train_*.bin", "--val", "fineweb_val_*.bin"]) == 0
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["tokenizer_hash"] == tokenizer_hash(tokenizer_path)
+    assert manifest["splits"]["train"]["tokens"] + manifest["splits"]["val"]["tokens"] == len(stream)
+    assert manifest["splits"]["train"]["documents"] + manifest["splits"]["val"]["documents"] == len(docs)
+    loader = TokenLoader.from_dir(tmp_path, "train", seq_len=100, batch_size=2, shuffle=False)
+    inputs, _ = loader.batch(0)
+    assert inputs[0].tolist() == stream[:100]
+    assert main([*argv, "--train", "nothing_*.bin"]) == 1
+    assert "no shard matches" in capsys.readouterr().err

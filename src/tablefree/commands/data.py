@@ -101,6 +101,19 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     _add_corpus_options(scan)
     scan.set_defaults(func=run_scan)
 
+    adopt = verbs.add_parser(
+        "adopt",
+        help="write a manifest for llm.c / modded-nanogpt shards so tablefree can train on them",
+        description="Make a dataset directory of shards written by llm.c or modded-nanogpt (same header, uint16 "
+        "tokens): check each header, copy the tokenizer in, and write manifest.json. "
+        "Python API: tablefree.data.prepare.adopt_shards(DIR, tokenizer, train=[...], val=[...]).",
+    )
+    adopt.add_argument("dir", help="directory holding the .bin shards")
+    adopt.add_argument("--tokenizer", required=True, help="the tokenizer the shards were made with")
+    adopt.add_argument("--train", nargs="+", required=True, help="train shard files (in DIR), or a glob")
+    adopt.add_argument("--val", nargs="*", default=[], help="val shard files (in DIR), or a glob")
+    adopt.set_defaults(func=run_adopt)
+
     download = verbs.add_parser(
         "download-evals",
         help="download the zero-shot evaluation sets, verifying sha256",
@@ -193,6 +206,29 @@ def run_scan(args: argparse.Namespace) -> int:
         print()
     else:
         print(summary.format())
+    return 0
+
+
+def run_adopt(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tablefree.data.prepare import adopt_shards
+
+    def expand(patterns: list[str]) -> list[Path]:
+        files = []
+        for pattern in patterns:
+            matched = sorted(Path(args.dir).glob(pattern))
+            if not matched:
+                raise FileNotFoundError(f"no shard matches {pattern!r} in {args.dir}")
+            files += matched
+        return files
+
+    manifest = adopt_shards(args.dir, args.tokenizer, expand(args.train), expand(args.val))
+    for split, info in manifest["splits"].items():
+        print(
+            f"{split}: {len(info['shards'])} shards, {info['tokens']:,} tokens, {info['documents']:,} documents"
+        )
+    print(f"wrote {args.dir}/manifest.json")
     return 0
 
 

@@ -604,3 +604,53 @@ def dataset_tokenizer(data_dir: str | Path) -> Tokenizer:
     tokenizer = load_tokenizer(Path(data_dir) / TOKENIZER_FILE)
     check_dataset_tokenizer(data_dir, tokenizer)
     return tokenizer
+
+
+def adopt_shards(
+    data_dir: str | Path,
+    tokenizer: str | Path | Tokenizer,
+    train: Sequence[str | Path],
+    val: Sequence[str | Path] = (),
+) -> dict:
+    """Write a manifest for shards made elsewhere (llm.c, modded-nanogpt: same header and uint16 tokens), so
+    ``TokenLoader`` and training read them. The shards must lie in ``data_dir``; each header is checked, and
+    ``tokenizer`` (e.g. GPT-2's tokenizer.json for FineWeb shards) is copied in. Document counts are the
+    number of EOT tokens, under llm.c's convention that EOT precedes every document."""
+    from tablefree.data.shards import open_shard
+
+    data_dir = Path(data_dir)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    eot, vocab = eot_id(tok), tok.get_vocab_size(with_added_tokens=True)
+    splits = {}
+    for split, files in (("train", train), ("val", val)):
+        shards, documents = [], 0
+        for file in files:
+            path = Path(file) if Path(file).is_absolute() else data_dir / file
+            if path.resolve().parent != data_dir.resolve():
+                raise ValueError(f"{path}: adopted shards must lie in {data_dir}")
+            tokens = open_shard(path)  # checks the header against the file size
+            count = len(tokens)
+            if count and int(tokens.max()) >= vocab:
+                raise ValueError(
+                    f"{path}: holds token id {int(tokens.max())}, outside the tokenizer's {vocab}"
+                )
+            documents += int(np.count_nonzero(tokens == eot))
+            shards.append({"file": path.name, "tokens": count, "sha256": sha256_file(path)})
+        splits[split] = {"shards": shards, "tokens": sum(s["tokens"] for s in shards), "documents": documents}
+    if not splits["train"]["shards"]:
+        raise ValueError("adopt_shards needs at least one train shard")
+    save_tokenizer(tok, data_dir / TOKENIZER_FILE)
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "tokenizer_hash": tokenizer_hash(tok),
+        "tokenizer_file": TOKENIZER_FILE,
+        "vocab_size": vocab,
+        "eot_id": eot,
+        "shard_format": {"header": "256 x int32 little-endian: magic 20240520, version, token count"},
+        "document_separator": "eot_before_each_document",
+        "splits": splits,
+        "sources": [{"adopted": s["file"]} for split in splits.values() for s in split["shards"]],
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    _write_json_atomic(data_dir / MANIFEST, manifest)
+    return manifest
