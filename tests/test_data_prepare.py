@@ -133,6 +133,11 @@ def test_workers_and_seeds(jsonl_corpus, tokenizer_path, tmp_path) -> None:
     one = prepare_dataset(root, tmp_path / "w1", workers=1, **kwargs)
     two = prepare_dataset(root, tmp_path / "w2", workers=2, **kwargs)
     assert one["splits"] == two["splits"]  # byte-identical shards (sha256) whatever the worker count
+    assert (
+        one["tokenizer_hash"]
+        == tokenizer_hash(tokenizer_path)
+        == tokenizer_hash(tmp_path / "w1/tokenizer.json")
+    )
     other = prepare_dataset(root, tmp_path / "s1", workers=1, seed=1, **kwargs)
     assert other["splits"]["val"]["shards"] != one["splits"]["val"]["shards"]
 
