@@ -352,7 +352,9 @@ def test_requests_match_lm_evals_task_definitions_on_real_records(shared_data, n
     to_text, to_choice, to_target, process, delimiter = _lm_eval_definition(name)
     task = TASKS[name]
     docs = load_docs(task, shared_data / "eval", limit=1000)
-    assert len(docs) == {"copa": 100, "arc_challenge": 299, "arc_easy": 570, "openbookqa": 500}.get(name, 1000)
+    assert len(docs) == {"copa": 100, "arc_challenge": 299, "arc_easy": 570, "openbookqa": 500}.get(
+        name, 1000
+    )
     for doc in docs:
         ours = build_requests(task, doc.fields)
         ref = process(_as_lm_eval_doc(name, dict(doc.fields)))
@@ -574,3 +576,15 @@ def test_cli_prints_table_and_reports_errors(shared_data, checkpoint, tmp_path, 
     assert "unknown task 'nope'" in capsys.readouterr().err
     assert cli_main(["eval", str(checkpoint), "--tasks", "copa", "--eval-data", str(tmp_path / "empty")]) == 1
     assert "download-evals" in capsys.readouterr().err
+
+
+def test_validation_refuses_a_dataset_of_another_tokenizer(checkpoint, tokenizer, tmp_path):
+    _prepared_dataset(
+        tmp_path / "data", tokenizer, "some text to fill a few windows of validation data " * 20
+    )
+    manifest = json.loads((tmp_path / "data/manifest.json").read_text())
+    (tmp_path / "data/manifest.json").write_text(json.dumps({**manifest, "tokenizer_hash": "0" * 64}))
+    with pytest.raises(ValueError, match="validation needs the same tokenizer"):
+        run_eval(checkpoint, ["validation"], val_data=tmp_path / "data")
+    with pytest.raises(ValueError, match="--val-data"):
+        run_eval(checkpoint, ["validation"])
