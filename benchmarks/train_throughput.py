@@ -1,0 +1,281 @@
+"""Training throughput and peak memory of the `small` preset on CPU: our trainer with each interface, and a
+plain nanoGPT-style reference loop with the same shapes (no tablefree code), all in one run.
+
+Each variant runs in its own subprocess (so peak RSS is its own), and the variants are interleaved over
+``--rounds`` rounds; the best round counts, which is the fairest figure on a machine shared with other work.
+
+    python benchmarks/train_throughput.py                      # small, 2 rounds
+    python benchmarks/train_throughput.py --steps 4 --rounds 1 # quicker
+
+Goals (issue 4): our `learned` >= 0.95x the reference; `canonical` and `affine` >= our `learned`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+VARIANTS = ("reference", "learned", "canonical", "affine")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference: a straightforward Llama-style LM (RMSNorm, RoPE, SwiGLU, SDPA, untied head) with an ordinary
+# embedding table, written the way nanoGPT writes it.
+
+
+class RefRMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class RefBlock(nn.Module):
+    def __init__(self, d: int, heads: int, ff: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = RefRMSNorm(d), RefRMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.gate, self.up = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False)
+        self.down = nn.Linear(ff, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def rope(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class RefGPT(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, ff: int, seq_len: int) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(RefBlock(d, heads, ff) for _ in range(layers))
+        self.norm = RefRMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        hd = d // heads
+        inv_freq = 1.0 / (10_000 ** (torch.arange(0, hd, 2).float() / hd))
+        freqs = torch.outer(torch.arange(seq_len).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx)
+        T = idx.shape[1]
+        for block in self.blocks:
+            x = block(x, self.cos[:T], self.sin[:T])
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def run_reference(args: argparse.Namespace) -> dict:
+    from tablefree.config import preset  # shapes only
+
+    c = preset(args.preset)
+    torch.manual_seed(0)
+    model = RefGPT(args.vocab, c.d_model, c.n_layers, c.n_heads, c.d_ff, args.seq_len)
+    decay = [p for p in model.parameters() if p.dim() >= 2 and p is not model.wte.weight]
+    no_decay = [p for p in model.parameters() if p.dim() < 2 or p is model.wte.weight]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=1e-3,
+        betas=(0.9, 0.95),
+    )
+    generator = torch.Generator().manual_seed(0)
+    data = torch.randint(
+        0, args.vocab, (args.steps + args.warmup, args.micro_batch, args.seq_len + 1), generator=generator
+    )
+    times = []
+    for step in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        batch = data[step]
+        loss = model(batch[:, :-1], batch[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss.item()
+        times.append(time.perf_counter() - start)
+    return per_step_result(times[args.warmup :], args.micro_batch * args.seq_len)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ours: the real trainer, on a synthetic dataset with the same shapes.
+
+
+def run_ours(args: argparse.Namespace, interface: str) -> dict:
+    from tablefree.config import apply_overrides, from_dict
+    from tablefree.train.config import TrainConfig
+    from tablefree.train.trainer import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = make_synthetic_dataset(
+            Path(tmp) / "data",
+            args.vocab,
+            tokens=(args.steps + args.warmup + 2) * args.micro_batch * (args.seq_len + 1),
+        )
+        overrides = [
+            f"model.preset={args.preset}",
+            f"model.interface.name={interface}",
+            f"data.dir={data_dir}",
+            f"budget={args.steps + args.warmup} steps",
+            f"batch_tokens={args.micro_batch * args.seq_len}",
+            f"micro_batch={args.micro_batch}",
+            f"seq_len={args.seq_len}",
+            "log_every=1",
+            "val_batches=1",
+            "keep_last=1",
+        ]
+        config = from_dict(TrainConfig, apply_overrides({}, overrides), where="benchmark")
+        train(config, Path(tmp) / "run")
+        records = [
+            json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
+        ]
+    per_token_s = [1.0 / r["tokens_per_s"] for r in records if "train_loss" in r]
+    times = [t * args.micro_batch * args.seq_len for t in per_token_s]
+    return per_step_result(times[args.warmup :], args.micro_batch * args.seq_len)
+
+
+def make_synthetic_dataset(directory: Path, vocab: int, tokens: int) -> Path:
+    import hashlib
+
+    import numpy as np
+
+    from tablefree.data.shards import write_shard
+
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    splits = {}
+    for split, count in (("train", tokens), ("val", 4 * tokens // 100 + 4096)):
+        write_shard(directory / f"{split}_000000.bin", rng.integers(0, vocab, count), vocab)
+        splits[split] = {
+            "shards": [{"file": f"{split}_000000.bin", "tokens": count, "sha256": ""}],
+            "tokens": count,
+            "documents": 1,
+        }
+    (directory / "tokenizer.json").write_text("{}")
+    manifest = {
+        "version": 1,
+        "tokenizer_hash": hashlib.sha256(b"{}").hexdigest(),
+        "tokenizer_file": "tokenizer.json",
+        "vocab_size": vocab,
+        "eot_id": 0,
+        "splits": splits,
+        "sources": ["synthetic"],
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+def per_step_result(times: list[float], tokens_per_step: int) -> dict:
+    median = statistics.median(times)
+    return {
+        "tokens_per_s": tokens_per_step / median,
+        "step_s_median": median,
+        "steps": len(times),
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6, help="measured steps per variant and round")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--one", choices=VARIANTS, help=argparse.SUPPRESS)  # internal: run one variant
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    if args.one:
+        result = run_reference(args) if args.one == "reference" else run_ours(args, args.one)
+        print("RESULT " + json.dumps(result))
+        return
+
+    best: dict[str, dict] = {}
+    passthrough = [
+        f"--{k.replace('_', '-')}={v}"
+        for k, v in vars(args).items()
+        if k in ("preset", "vocab", "seq_len", "micro_batch", "steps", "warmup", "threads")
+    ]
+    for round_index in range(args.rounds):
+        for variant in VARIANTS:
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", variant, *passthrough],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            result = json.loads(
+                next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
+            )
+            print(
+                f"round {round_index + 1} {variant:<10} {result['tokens_per_s']:>8.0f} tok/s  peak RSS {result['peak_rss_gb']:.2f} GB",
+                flush=True,
+            )
+            if variant not in best or result["tokens_per_s"] > best[variant]["tokens_per_s"]:
+                best[variant] = result
+    reference = best["reference"]["tokens_per_s"]
+    print(
+        f"\n{args.preset}, micro_batch {args.micro_batch} x seq_len {args.seq_len}, V={args.vocab}, {args.threads} threads, best of {args.rounds}"
+    )
+    print(f"{'variant':<10} {'tokens/s':>9} {'vs reference':>13} {'peak RSS GB':>12}")
+    for variant in VARIANTS:
+        r = best[variant]
+        print(
+            f"{variant:<10} {r['tokens_per_s']:>9.0f} {r['tokens_per_s'] / reference:>12.3f}x {r['peak_rss_gb']:>12.2f}"
+        )
+    learned = best["learned"]["tokens_per_s"]
+    goals = {
+        "learned >= 0.95x reference": learned >= 0.95 * reference,
+        "canonical >= learned": best["canonical"]["tokens_per_s"] >= learned,
+        "affine >= learned": best["affine"]["tokens_per_s"] >= learned,
+    }
+    for goal, met in goals.items():
+        print(f"goal {goal}: {'met' if met else 'NOT met'}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"args": {k: str(v) for k, v in vars(args).items()}, "best": best, "goals": goals}, indent=2
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
