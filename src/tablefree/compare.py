@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from tablefree.checkpoint import write_json_atomic
-from tablefree.config import from_dict, load_yaml, to_dict
+from tablefree.config import apply_overrides, from_dict, load_yaml, to_dict
 from tablefree.interfaces import INTERFACES
 from tablefree.report import RUN_FILES, build_report, read_json, run_name
 
@@ -55,7 +55,8 @@ class DatasetSpec:
 class EvalSpec:
     tasks: list[str] = field(default_factory=lambda: ["validation"])  # "validation" and/or benchmark names
     data_dir: str | None = None  # benchmark files; None: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval
-    limit: int | None = None  # first N documents per task (None: the full sets)
+    limit: int | None = None  # first N documents per benchmark (None: the full sets)
+    val_limit: int | None = None  # validation windows of max_seq_len tokens (None: the whole val split)
     batch_size: int = 32
     device: str = "auto"  # auto: cuda when available, else cpu
 
@@ -83,6 +84,7 @@ class CompareConfig:
     launch: LaunchSpec = field(default_factory=LaunchSpec)
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
+    notes: list[str] = field(default_factory=list)  # shown at the top of the report (markdown)
 
     def __post_init__(self) -> None:
         unknown = [i for i in self.interfaces if i not in INTERFACES]
@@ -105,9 +107,11 @@ def load_compare_config(
     interfaces: list[str] | None = None,
     seeds: list[int] | None = None,
     out: str | Path | None = None,
+    overrides: list[str] | None = None,
 ) -> CompareConfig:
-    """A CompareConfig from YAML, with the command line's interface, seed and output choices applied."""
-    data = load_yaml(path)
+    """A CompareConfig from YAML, with dotted ``overrides`` (``eval.limit=null``, ``train.budget=1M``) and the
+    command line's interface, seed and output choices applied."""
+    data = apply_overrides(load_yaml(path), overrides or [])
     data.setdefault("name", Path(path).stem)
     if interfaces is not None:
         data["interfaces"] = interfaces
@@ -206,7 +210,8 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
         return "todo"
     results = read_json(run.directory / RUN_FILES["eval"]) or {}
     evaluated = set(results.get("tasks", {}))
-    current = set(spec.tasks) <= evaluated and results.get("limit") == spec.limit
+    limits = (results.get("limit"), results.get("val_limit"))
+    current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
     return "done" if current and (run.directory / RUN_FILES["examples"]).exists() else "trained"
 
 
@@ -324,20 +329,36 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
 
 
 def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
-    """Evaluate a trained run with ``tablefree.evaluate.run_eval``; per-example records are kept."""
+    """Evaluate a trained run with ``tablefree.evaluate.run_eval`` (validation and benchmarks have their own
+    limits); writes ``eval.json`` and the benchmarks' per-example records, which feed the paired bootstrap."""
     from tablefree.evaluate import run_eval
 
-    return run_eval(
-        run.directory,
-        config.eval.tasks,
-        data_dir=config.eval.data_dir,
-        limit=config.eval.limit,
-        batch_size=config.eval.batch_size,
-        device=eval_device(config.eval.device),
-        examples_out=run.directory / RUN_FILES["examples"],
+    spec = config.eval
+    common = dict(
+        data_dir=spec.data_dir,
+        batch_size=spec.batch_size,
+        device=eval_device(spec.device),
         val_data=run.recipe["data"]["dir"],
-        out=run.directory / RUN_FILES["eval"],
+        progress=sys.stderr.isatty(),
     )
+    benchmarks = [task for task in spec.tasks if task != "validation"]
+    results: dict[str, Any] = {"tasks": {}}
+    if "validation" in spec.tasks:
+        results = run_eval(run.directory, ["validation"], limit=spec.val_limit, **common)
+    if benchmarks:
+        scored = run_eval(
+            run.directory,
+            benchmarks,
+            limit=spec.limit,
+            examples_out=run.directory / RUN_FILES["examples"],
+            **common,
+        )
+        results = {**scored, "tasks": {**results["tasks"], **scored["tasks"]}}
+    else:
+        _write_text_atomic(run.directory / RUN_FILES["examples"], "")
+    results.update(limit=spec.limit, val_limit=spec.val_limit)
+    write_json_atomic(run.directory / RUN_FILES["eval"], results)
+    return results
 
 
 def eval_device(device: str) -> str:
@@ -404,8 +425,12 @@ def _union(first: list, second: list) -> list:
 
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:
+    _write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 

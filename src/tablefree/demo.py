@@ -129,3 +129,172 @@ def _docstrings(path: Path, min_chars: int) -> list[str]:
             if text and len(text) >= min_chars:
                 found.append((getattr(node, "lineno", 0), text))
     return [text for _, text in sorted(found, key=lambda item: item[0])]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The demo
+
+
+DEMO_VOCAB_SIZE = 4096
+DEMO_VAL_FRACTION = 0.02  # ~22 of the default corpus's ~1,100 documents: ~30k validation tokens
+DEMO_BENCHMARKS = ("hellaswag", "piqa", "lambada")
+DEMO_EVAL_LIMIT = 500  # documents per benchmark: the ten-minute budget, not the full sets
+# The `tiny` CPU recipe (configs/tiny.yaml), embedded so that an installed package needs no files.
+DEMO_RECIPE: dict = {
+    "model": {"preset": "tiny"},
+    "budget": "500k",
+    "batch_tokens": 4096,
+    "micro_batch": 16,
+    "seq_len": 256,
+    "optim": {"lr": 2.0e-3, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1, "grad_clip": 1.0},
+    "schedule": {"name": "cosine", "warmup_steps": 10, "min_lr": 2.0e-4},
+    "device": "cpu",
+    "log_every": 10,
+    "val_every": 40,
+    "val_batches": 8,
+    "checkpoint_every": 40,
+    "keep_last": 1,
+}
+
+
+def run_demo(
+    corpus: str | Path | None = None,
+    eval_data: str | Path | None = None,
+    out: str | Path = "runs/demo",
+    seeds: list[int] | None = None,
+    budget: str | None = None,
+    eval_limit: int | None = DEMO_EVAL_LIMIT,
+    log=print,
+) -> dict:
+    """Gather (or take) a corpus, train a tokenizer, prepare shards, train the three interfaces on the tiny
+    recipe, evaluate, and write the report in ``out``. Re-running reuses everything already finished.
+    Returns ``run_sweep``'s outcome plus ``summary`` (the three lines printed at the end)."""
+    import time
+
+    from tablefree.compare import CompareConfig, run_sweep
+    from tablefree.config import from_dict
+    from tablefree.data.prepare import prepare_dataset
+
+    out = Path(out)
+    started = time.perf_counter()
+    stage = _Stages(log, started)
+    if corpus is None:
+        stage("gathering the embedded default corpus (Python and PyTorch documentation)")
+        stats = gather_default_corpus(out / "corpus" / "docs.jsonl")
+        corpus = stats["path"]
+        sizes = ", ".join(f"{name} {s['bytes'] / 1e6:.2f} MB" for name, s in stats["sources"].items())
+        log(f"    {stats['text_bytes'] / 1e6:.2f} MB of text in {stats['documents']:,} documents ({sizes})")
+    stage(f"training a {DEMO_VOCAB_SIZE}-token byte-level BPE tokenizer and preparing token shards")
+    data_dir = out / "data"
+    manifest = prepare_dataset(
+        corpus, data_dir, vocab_size=DEMO_VOCAB_SIZE, val_fraction=DEMO_VAL_FRACTION, workers=os.cpu_count()
+    )
+    log(
+        f"    {manifest['splits']['train']['tokens']:,} training and {manifest['splits']['val']['tokens']:,} "
+        f"validation tokens in {data_dir}"
+    )
+    benchmarks, notes = _available_benchmarks(eval_data, eval_limit)
+    recipe = {**DEMO_RECIPE, **({"budget": budget} if budget else {})}
+    config = from_dict(
+        CompareConfig,
+        {
+            "name": "demo",
+            "train": recipe,
+            "dataset": {"dir": str(data_dir)},
+            "interfaces": ["learned", "canonical", "affine"],
+            "seeds": seeds or [0],
+            "eval": {
+                "tasks": ["validation", *benchmarks],
+                "data_dir": str(eval_data) if eval_data else None,
+                "limit": eval_limit if benchmarks else None,
+                "device": "cpu",
+            },
+            "out": str(out),
+            "notes": notes,
+        },
+        where="demo",
+    )
+    stage(
+        f"training and evaluating {len(config.interfaces) * len(config.seeds)} runs "
+        f"(tiny recipe, {recipe['budget']} tokens each; evaluating {', '.join(config.eval.tasks)})"
+    )
+    result = run_sweep(config, log=lambda line: log(f"    {line}"))
+    result["summary"] = summary_lines(result["report"]) if result["report"] else []
+    result["wall_time_s"] = time.perf_counter() - started
+    stage(f"done in {result['wall_time_s'] / 60:.1f} min")
+    return result
+
+
+class _Stages:
+    """Numbered stage headers with the elapsed time, so the user always sees where the demo is."""
+
+    def __init__(self, log, started: float) -> None:
+        self.log, self.started, self.number = log, started, 0
+
+    def __call__(self, text: str) -> None:
+        import time
+
+        self.number += 1
+        elapsed = time.perf_counter() - self.started
+        self.log(f"[{self.number}] {text}  (at {int(elapsed // 60)}:{int(elapsed % 60):02d})")
+
+
+def _available_benchmarks(eval_data: str | Path | None, limit: int | None) -> tuple[list[str], list[str]]:
+    """The demo benchmarks whose files are present, and the report notes saying what was (not) scored."""
+    from tablefree.evaluate import get_task
+    from tablefree.evaluate.tasks import ENV_EVAL_DATA, eval_data_dir, task_files
+
+    present = []
+    for name in DEMO_BENCHMARKS:
+        try:
+            task_files(get_task(name), eval_data)
+            present.append(name)
+        except FileNotFoundError:
+            pass
+    directory = eval_data_dir(eval_data)
+    notes = []
+    if present:
+        scope = f"the first {limit} documents of each" if limit else "the full sets"
+        notes.append(f"Benchmarks scored on {scope}: {', '.join(present)} (from {directory}).")
+    missing = [name for name in DEMO_BENCHMARKS if name not in present]
+    if missing:
+        notes.append(
+            f"Benchmarks not scored ({', '.join(missing)}): no data in {directory}. To add them, fetch the "
+            f"official files once with `tablefree data download-evals {DEFAULT_EVAL_HINT}` (needs network), "
+            f"or point `--eval-data DIR` (or ${ENV_EVAL_DATA}) at a copy, then re-run `tablefree demo`: "
+            "finished training is reused and only the evaluation runs."
+        )
+    return present, notes
+
+
+DEFAULT_EVAL_HINT = "~/.cache/tablefree/eval"
+
+
+def summary_lines(report: dict) -> list[str]:
+    """Three lines: validation loss and bits per byte, trainable parameters, and the statistical verdict."""
+    from tablefree.report import verdict
+
+    metrics = report["metrics"]
+    interfaces = report["interfaces"]
+
+    def means(name: str) -> str:
+        cells = metrics.get(name, {}).get("per_interface", {})
+        return ", ".join(f"{i} {cells[i]['mean']:.3f}" for i in interfaces if i in cells) or "–"
+
+    params = report["params"]
+    param_cells = []
+    for interface in interfaces:
+        if interface in params:
+            p = params[interface]
+            removed = f" (−{p['removed_percent']:.1f}%)" if p.get("removed_vs_learned") else ""
+            param_cells.append(f"{interface} {p['total_trainable'] / 1e6:.2f}M{removed}")
+    comps = verdict(report)
+    resolved = [c for c in comps if c["excludes_zero"]]
+    seeds = len(report["seeds"])
+    seed_note = " (one seed each: val-loss differences need ≥2 seeds for an interval)" if seeds == 1 else ""
+    return [
+        f"validation loss (nats/token, lower is better): {means('validation/val_loss')}; "
+        f"bits per byte: {means('validation/bits_per_byte')}",
+        f"trainable parameters: {', '.join(param_cells)}",
+        f"statistics: {len(resolved)} of {len(comps)} headline comparisons resolved at this scale{seed_note}",
+    ]

@@ -424,6 +424,7 @@ def _md_header(report: dict[str, Any]) -> str:
     failed = [r for r in runs if r["state"] == "failed"]
     for row in failed:
         lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
+    lines += [f"\n> {note}" for note in report["config"].get("notes") or []]
     missing = [r["name"] for r in runs if r["state"] not in ("done", "failed")]
     if missing:
         lines.append(

@@ -14,10 +14,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description="Train every (interface, seed) run of one recipe, evaluate each, and write report.md, "
         "report.json and figures with paired-bootstrap confidence intervals. Re-running skips finished runs and "
         "resumes interrupted ones. Python API: tablefree.compare.run_sweep("
-        "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out)). See docs/experiments.md.",
+        "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out, overrides)). See docs/experiments.md.",
     )
     compare.add_argument(
         "--config", type=Path, required=True, help="a compare YAML, e.g. configs/compare-tiny.yaml"
+    )
+    compare.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="dotted overrides, e.g. eval.limit=null train.budget=1M",
     )
     compare.add_argument(
         "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
@@ -57,7 +63,7 @@ def _seeds(text: str) -> list[int]:
 def run_compare(args: argparse.Namespace) -> int:
     from tablefree.compare import load_compare_config, run_sweep
 
-    config = load_compare_config(args.config, args.interfaces, args.seeds, args.out)
+    config = load_compare_config(args.config, args.interfaces, args.seeds, args.out, args.overrides)
     result = run_sweep(config, report=not args.no_report)
     if result["report"] is not None:
         print_verdict(result["report"], Path(result["out"]))

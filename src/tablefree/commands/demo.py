@@ -1,0 +1,67 @@
+"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in about ten
+minutes on 2 CPU cores (Python API: ``tablefree.demo.run_demo``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="the whole experiment on the embedded default corpus in ~10 minutes on CPU",
+        description="Gather English documentation text shipped with Python and PyTorch (or use --corpus), train a "
+        "tokenizer, prepare shards, train the learned, canonical and affine interfaces on the tiny recipe, "
+        "evaluate validation loss and bits per byte (and HellaSwag/PIQA/LAMBADA when their files are present), "
+        "and write a report. No network needed. Re-running reuses finished work. Python API: "
+        "tablefree.demo.run_demo(corpus=None, eval_data=None, out='runs/demo'). See docs/demo.md.",
+    )
+    parser.add_argument("--corpus", type=Path, default=None, help="any text corpus instead of the default")
+    parser.add_argument(
+        "--eval-data",
+        type=Path,
+        default=None,
+        help="benchmark files (default: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/demo"), help="output directory (default: runs/demo)"
+    )
+    parser.add_argument(
+        "--seeds", default="0", help="comma-separated seeds (default: 0; each adds ~4 minutes)"
+    )
+    parser.add_argument(
+        "--budget", default=None, help="training tokens per run (default: 500k, the tiny recipe)"
+    )
+    parser.add_argument(
+        "--eval-limit",
+        type=int,
+        default=500,
+        help="documents per benchmark (default: 500; 0 for the full sets, which takes much longer)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tablefree.demo import run_demo
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
+    result = run_demo(
+        corpus=args.corpus,
+        eval_data=args.eval_data,
+        out=args.out,
+        seeds=seeds,
+        budget=args.budget,
+        eval_limit=args.eval_limit or None,
+    )
+    print()
+    print(f"report: {Path(result['out']) / 'report.md'}")
+    for line in result["summary"]:
+        print(f"  {line}")
+    if result["failed"]:
+        print(f"failed runs: {', '.join(result['failed'])} (see error.txt in each run directory)")
+        return 1
+    return 0
