@@ -20,7 +20,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--config",
         type=Path,
         default=None,
-        help="YAML recipe (with --resume, defaults to RUN_DIR/config.yaml)",
+        help="YAML recipe (default: RUN_DIR/config.yaml with --resume, else the built-in defaults)",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. seed=1")
     parser.add_argument(
@@ -49,17 +49,14 @@ def run(args: argparse.Namespace) -> int:
     from tablefree.train.trainer import CONFIG_FILE, train
 
     config_path = args.config
-    if config_path is None:
-        if not (args.resume and args.run_dir is not None):
-            raise ValueError("--config is required (or --resume with a --run-dir holding config.yaml)")
-        config_path = args.run_dir / CONFIG_FILE
+    if config_path is None and args.resume and args.run_dir is not None:
+        config_path = args.run_dir / CONFIG_FILE  # continue a run with the config it recorded
     overrides = list(args.overrides)
     if args.peak_flops is not None:
         overrides.append(f"peak_flops={args.peak_flops}")
-    config = load_train_config(config_path, overrides)
-    run_dir = args.run_dir or Path("runs") / (
-        f"{config_path.stem}-{config.model.interface.name}-seed{config.seed}"
-    )
+    config = load_train_config(config_path, overrides)  # no --config: the defaults plus the overrides
+    name = config_path.stem if config_path is not None else "default"
+    run_dir = args.run_dir or Path("runs") / f"{name}-{config.model.interface.name}-seed{config.seed}"
     if args.print_config:
         import yaml
 
