@@ -1,0 +1,226 @@
+"""lm-evaluation-harness model adapter: ``lm_eval --model tablefree --model_args checkpoint=PATH``.
+
+lm-eval 0.4.13 discovers models only through its registry (``lm_eval.api.registry.model_registry``); it reads
+no plugin entry points. Importing this module registers the adapter as ``tablefree``. To use lm-eval's own
+command line with it, run it through us, which registers first and then hands over to lm-eval's CLI::
+
+    python -m tablefree.evaluate.lm_eval_adapter --model tablefree --model_args checkpoint=PATH --tasks hellaswag
+    tablefree lm-eval --model tablefree --model_args checkpoint=PATH --tasks hellaswag
+
+From Python: ``import tablefree.evaluate.lm_eval_adapter`` then ``lm_eval.simple_evaluate(model="tablefree",
+model_args={"checkpoint": PATH}, ...)``.
+
+Text is tokenised by lm-eval's own ``TemplateLM`` code (context/continuation split, empty contexts, rolling
+windows), exactly as for its ``hf`` backend; scoring is ``tablefree.evaluate.engine.loglikelihoods`` (the
+engine behind ``tablefree eval``), and generation is ``tablefree.generate``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import model_registry
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from tablefree.checkpoint import TOKENIZER_FILE, load_model
+from tablefree.data.tokenizer import eot_id, load_tokenizer
+from tablefree.evaluate.engine import loglikelihoods
+from tablefree.generate import generate
+
+MODEL_NAME = "tablefree"
+DEFAULT_BATCH_SIZE = 32
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class TablefreeLMEval(TemplateLM):
+    """A tablefree checkpoint as an lm-eval ``LM``.
+
+    Model args: ``checkpoint`` (checkpoint, run dir or dir of ``step_*``), ``device`` (default cpu),
+    ``batch_size`` (packed rows per forward pass; ``auto`` means 32), ``dtype`` (float32 | bfloat16 | float16),
+    ``max_length`` (default the model's ``max_seq_len``), ``tokenizer`` (default the checkpoint's
+    ``tokenizer.json``), ``max_gen_toks`` (default 256), ``seed`` (sampling seed for ``generate_until``).
+    """
+
+    def __init__(
+        self,
+        checkpoint: str,
+        device: str | None = "cpu",
+        batch_size: int | str | None = DEFAULT_BATCH_SIZE,
+        max_batch_size: int | None = None,
+        dtype: str = "float32",
+        max_length: int | None = None,
+        tokenizer: str | None = None,
+        max_gen_toks: int = 256,
+        seed: int = 1234,
+    ) -> None:
+        super().__init__()
+        if dtype not in DTYPES:
+            raise ValueError(f"model_args dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
+        self.model, self.checkpoint = load_model(checkpoint, device=device or "cpu")
+        self.model.to(DTYPES[dtype])
+        tokenizer_path = Path(tokenizer) if tokenizer else self.checkpoint / TOKENIZER_FILE
+        if not tokenizer_path.exists():
+            raise FileNotFoundError(f"{tokenizer_path}: tokenizer not found (pass model_args tokenizer=PATH)")
+        self.tokenizer = load_tokenizer(tokenizer_path)
+        self._eot_token_id = eot_id(self.tokenizer)
+        self._batch_size = _parse_batch_size(batch_size, max_batch_size)
+        self._max_length = int(max_length or self.model.config.max_seq_len)
+        self._max_gen_toks = int(max_gen_toks)
+        self.seed = int(seed)
+        self._device = torch.device(device or "cpu")
+
+    # -- properties lm-eval reads ---------------------------------------------------------------------------
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._eot_token_id
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def tokenizer_name(self) -> str:
+        return str(self.checkpoint / TOKENIZER_FILE)
+
+    # -- tokenisation (as HFLM.tok_encode with add_special_tokens left to the tokenizer) --------------------
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        if add_special_tokens is None:
+            # As HF: a string that already starts with the prefix token gets no special tokens added.
+            add_special_tokens = not string.startswith(self.tok_decode([self.prefix_token_id], False))
+        return self.tokenizer.encode(string, add_special_tokens=add_special_tokens).ids
+
+    def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(tokens), skip_special_tokens=skip_special_tokens)
+
+    # -- scoring ------------------------------------------------------------------------------------------
+
+    def _loglikelihood_tokens(
+        self,
+        requests: list[tuple[tuple[str, str] | None, list[int], list[int]]],
+        disable_tqdm: bool = False,
+        **kwargs: Any,
+    ) -> list[tuple[float, bool]]:
+        results = loglikelihoods(
+            self.model,
+            [(context, continuation) for _, context, continuation in requests],
+            self.batch_size,
+            max_len=self.max_length,
+            progress=not disable_tqdm,
+        )
+        for (request, _, _), answer in zip(requests, results, strict=True):
+            if request is not None:
+                self.cache_hook.add_partial("loglikelihood", request, answer)
+        return results
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        """Summed log-likelihood of whole texts, in lm-eval's disjoint rolling windows of ``max_length``."""
+        windows, owners = [], []
+        for index, (string,) in enumerate(req.args for req in requests):
+            tokens = self.tok_encode(string)
+            for context, continuation in map(
+                make_disjoint_window,
+                get_rolling_token_windows(tokens, self.prefix_token_id, self.max_length, context_len=1),
+            ):
+                windows.append((None, context, continuation))
+                owners.append(index)
+        totals = [0.0] * len(requests)
+        for owner, (logprob, _) in zip(
+            owners, self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm), strict=True
+        ):
+            totals[owner] += logprob
+        for request, total in zip(requests, totals, strict=True):
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
+        return totals
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        """Greedy (or sampled, with ``do_sample``/``temperature``/``top_k``/``top_p``) continuations, cut at
+        the first ``until`` string or ``<|endoftext|>``; contexts left-truncated to ``max_length -
+        max_gen_toks`` as lm-eval's ``hf`` backend does."""
+        eos = self.tok_decode([self.eot_token_id], skip_special_tokens=False)
+        outputs = []
+        for context, gen_kwargs in tqdm(
+            [req.args for req in requests], disable=disable_tqdm, desc="generating"
+        ):
+            kwargs = normalize_gen_kwargs(gen_kwargs, self.max_gen_toks)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            max_gen_toks = kwargs.pop("max_gen_toks")
+            max_context = self.max_length - max_gen_toks
+            if max_context <= 0:
+                raise ValueError(
+                    f"max_gen_toks ({max_gen_toks}) must be less than the model's context ({self.max_length})"
+                )
+            text = generate(
+                self.model,
+                self.tokenizer,
+                self.tok_encode(context)[-max_context:] or [self.prefix_token_id],
+                max_gen_toks,
+                temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
+                top_k=kwargs.get("top_k"),
+                top_p=kwargs.get("top_p"),
+                seed=self.seed,
+                stop=[s for s in until if s != eos],
+            )
+            outputs.append(text)
+            self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
+        return outputs
+
+    def get_model_info(self) -> dict[str, Any]:
+        return {"checkpoint": str(self.checkpoint), "model_config": str(self.model.config)}
+
+
+def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:
+    """lm-eval passes ``auto``, ``auto:N`` or a number (possibly as a string)."""
+    if batch_size is None or str(batch_size).startswith("auto"):
+        return int(max_batch_size or DEFAULT_BATCH_SIZE)
+    try:
+        value = int(batch_size)
+    except ValueError:
+        raise ValueError(f"batch_size: expected an integer or 'auto', got {batch_size!r}") from None
+    if value < 1:
+        raise ValueError(f"batch_size must be >= 1, got {value}")
+    return value
+
+
+def register() -> None:
+    """Register the adapter as lm-eval model ``tablefree`` (once; importing this module does it)."""
+    if model_registry.get(MODEL_NAME, None) is None:
+        model_registry.register(MODEL_NAME)(TablefreeLMEval)
+
+
+register()
+
+
+def run_cli(argv: list[str]) -> None:
+    """Run lm-eval's own command line (``lm_eval run ...``) with the ``tablefree`` model registered."""
+    from lm_eval.__main__ import cli_evaluate
+
+    saved = sys.argv
+    sys.argv = ["lm-eval", *argv]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
+
+
+if __name__ == "__main__":
+    run_cli(sys.argv[1:])

@@ -1,0 +1,258 @@
+"""Parity with lm-evaluation-harness: ``tablefree eval``, lm-eval with our adapter, and lm-eval's own ``hf``
+backend on the exported directory agree on the same checkpoint and the same 100 examples of HellaSwag, PIQA
+and LAMBADA, loaded through local task definitions that include lm-eval's official task YAMLs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+# Nothing may download: set before lm-eval / datasets read their configuration.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # lm-eval's hf backend imports it
+lm_eval = pytest.importorskip("lm_eval")
+
+from lm_eval.api.instance import Instance  # noqa: E402
+from lm_eval.api.registry import get_model  # noqa: E402
+from lm_eval.tasks import TaskManager  # noqa: E402
+
+from interop_support import make_checkpoint  # noqa: E402
+from tablefree.checkpoint import read_model_config, resolve_checkpoint  # noqa: E402
+from tablefree.cli import main  # noqa: E402
+from tablefree.config import from_dict  # noqa: E402
+from tablefree.evaluate import run_eval  # noqa: E402
+from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval  # noqa: E402
+from tablefree.export import export_hf  # noqa: E402
+
+N = 100  # examples per task
+TOLERANCE = 1e-4  # per-example log-likelihood
+# Our task name -> (local lm-eval task, official YAML it includes, split, data file written by the fixture).
+TASKS = {
+    "hellaswag": ("parity_hellaswag", "hellaswag/hellaswag.yaml", "validation", "hellaswag.jsonl"),
+    "piqa": ("parity_piqa", "piqa/piqa.yaml", "validation", "piqa.jsonl"),
+    "lambada": ("parity_lambada", "lambada/lambada_openai.yaml", "test", "lambada.jsonl"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, shared_data) -> Path:
+    """A tiny affine-interface GQA model trained for a few dozen steps by ``tablefree.train`` on real text."""
+    from tablefree.data.prepare import prepare_dataset
+    from tablefree.train.config import TrainConfig
+    from tablefree.train.trainer import train
+
+    root = tmp_path_factory.mktemp("parity")
+    corpus = shared_data / "corpus" / "gutenberg-mix" / "holidays" / "christmas"
+    prepare_dataset(
+        corpus, root / "data", vocab_size=2048, val_fraction=0.2, workers=1, gutenberg=True, progress=False
+    )
+    model = dict(preset="tiny", interface={"name": "affine"}, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2)
+    config = {
+        "model": {**model, "d_ff": 128, "max_seq_len": 256},
+        "data": {"dir": str(root / "data")},
+        "budget": "30 steps",
+        "seq_len": 64,
+        "batch_tokens": 512,
+        "micro_batch": 8,
+        "optim": {"lr": 4e-3},
+        "schedule": {"warmup_steps": 3},
+        "device": "cpu",
+        "log_every": 30,
+        "val_batches": 1,
+    }
+    train(from_dict(TrainConfig, config), root / "run")
+    return resolve_checkpoint(root / "run")
+
+
+@pytest.fixture(scope="module")
+def hf_dir(checkpoint, tmp_path_factory) -> Path:
+    return export_hf(checkpoint, tmp_path_factory.mktemp("export") / "hf")
+
+
+@pytest.fixture(scope="module")
+def task_manager(tmp_path_factory, shared_data) -> TaskManager:
+    """Local lm-eval tasks: the official YAML (prompts, choices, targets, metrics, HellaSwag's preprocessing),
+    with the dataset swapped for the first N records of the shared files in their official formats."""
+    root = tmp_path_factory.mktemp("lm_eval_tasks")
+    eval_dir = shared_data / "eval"
+    first = lambda path: path.read_text(encoding="utf-8").splitlines()[:N]  # noqa: E731
+    (root / "hellaswag.jsonl").write_text("\n".join(first(eval_dir / "hellaswag_val.jsonl")) + "\n")
+    (root / "lambada.jsonl").write_text("\n".join(first(eval_dir / "lambada_test.jsonl")) + "\n")
+    piqa = zip(
+        first(eval_dir / "piqa" / "valid.jsonl"), first(eval_dir / "piqa" / "valid-labels.lst"), strict=True
+    )
+    (root / "piqa.jsonl").write_text(
+        "".join(json.dumps({**json.loads(d), "label": int(y)}) + "\n" for d, y in piqa)
+    )
+    official = Path(lm_eval.__file__).parent / "tasks"
+    for name, yaml, split, data in TASKS.values():
+        (root / f"{name}.yaml").write_text(
+            f"include: {official / yaml}\n"
+            f"task: {name}\n"
+            "tag: []\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            "dataset_kwargs:\n"
+            f"  data_files: {{{split}: {root / data}}}\n"
+            f"  cache_dir: {root / 'datasets_cache'}\n"
+            "training_split: null\n",
+            encoding="utf-8",
+        )
+    return TaskManager(include_path=str(root), include_defaults=False)
+
+
+def _lm_eval(model: str, model_args: dict, task_manager: TaskManager) -> dict:
+    results = lm_eval.simple_evaluate(
+        model=model,
+        model_args=model_args,
+        tasks=[name for name, *_ in TASKS.values()],
+        task_manager=task_manager,
+        batch_size=32,
+        device="cpu",
+        limit=N,
+        log_samples=True,
+        bootstrap_iters=0,
+    )
+    per_task = {}
+    for ours, (name, *_) in TASKS.items():
+        samples = {s["doc_id"]: s for s in results["samples"][name]}
+        per_task[ours] = {
+            "metrics": results["results"][name],
+            "loglikelihoods": {i: [r[0] for r in s["filtered_resps"]] for i, s in samples.items()},
+            "greedy": {i: [r[1] for r in s["filtered_resps"]] for i, s in samples.items()},
+            "acc": {i: s["acc"] for i, s in samples.items()},
+            "acc_norm": {i: s.get("acc_norm") for i, s in samples.items()},
+        }
+    return per_task
+
+
+@pytest.fixture(scope="module")
+def three_ways(checkpoint, hf_dir, task_manager, shared_data, tmp_path_factory) -> dict:
+    examples = tmp_path_factory.mktemp("ours") / "examples.jsonl"
+    ours = run_eval(
+        checkpoint,
+        list(TASKS),
+        data_dir=shared_data / "eval",
+        limit=N,
+        examples_out=examples,
+        bootstrap_iters=0,
+    )
+    records = [json.loads(line) for line in examples.read_text().splitlines()]
+    builtin = {}
+    for task in TASKS:
+        rows = {r["doc_id"]: r for r in records if r["task"] == task}
+        builtin[task] = {
+            "metrics": ours["tasks"][task]["metrics"],
+            "loglikelihoods": {i: r["loglikelihoods"] for i, r in rows.items()},
+            "greedy": {
+                i: r["greedy"] if isinstance(r["greedy"], list) else [r["greedy"]] for i, r in rows.items()
+            },
+            "acc": {i: r["acc"] for i, r in rows.items()},
+            "acc_norm": {i: r.get("acc_norm") for i, r in rows.items()},
+        }
+    return {
+        "tablefree eval": builtin,
+        "lm-eval tablefree": _lm_eval("tablefree", {"checkpoint": str(checkpoint)}, task_manager),
+        # float64 log-softmax: in fp32, a sum of ~300 log-probs near -1300 (a long PIQA solution) has a resolution
+        # of 1.2e-4 (one ulp), coarser than the tolerance; we sum in float64 too.
+        "lm-eval hf": _lm_eval(
+            "hf", {"pretrained": str(hf_dir), "dtype": "float32", "softmax_dtype": "float64"}, task_manager
+        ),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TASKS))
+def test_per_example_loglikelihoods_agree(three_ways, task):
+    reference = three_ways["tablefree eval"][task]["loglikelihoods"]
+    assert sorted(reference) == list(range(N))
+    values = [ll for lls in reference.values() for ll in lls]
+    assert max(values) - min(values) > 1.0  # predictions are not degenerate
+    for scorer, results in three_ways.items():
+        theirs = results[task]["loglikelihoods"]
+        assert theirs.keys() == reference.keys(), scorer
+        for doc_id, lls in reference.items():
+            assert len(theirs[doc_id]) == len(lls), (scorer, doc_id)
+            for ours, other in zip(lls, theirs[doc_id], strict=True):
+                assert abs(ours - other) <= TOLERANCE, (scorer, task, doc_id, ours, other)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TASKS))
+def test_accuracies_are_identical(three_ways, task):
+    reference = three_ways["tablefree eval"][task]
+    metrics = ["acc", "acc_norm"] if task != "lambada" else ["acc"]
+    for scorer, results in three_ways.items():
+        for metric in metrics:
+            assert results[task][metric] == reference[metric], (scorer, task, metric)
+        assert results[task]["greedy"] == reference["greedy"], (scorer, task)
+        aggregate = results[task]["metrics"]
+        for metric in metrics:
+            value = aggregate.get(metric, aggregate.get(f"{metric},none"))
+            assert value == pytest.approx(sum(reference[metric].values()) / N, abs=1e-12), (scorer, metric)
+
+
+def test_adapter_is_registered():
+    assert get_model("tablefree") is TablefreeLMEval
+
+
+@pytest.fixture(scope="module")
+def adapters(checkpoint, hf_dir):
+    from lm_eval.models.huggingface import HFLM
+
+    ours = TablefreeLMEval(checkpoint=str(checkpoint), batch_size=4)
+    hf = HFLM(pretrained=str(hf_dir), dtype="float32", softmax_dtype="float64", device="cpu", batch_size=4)
+    return ours, hf
+
+
+@pytest.mark.slow
+def test_rolling_loglikelihood_matches_hf_backend(adapters, shared_data):
+    ours, hf = adapters
+    texts = [json.loads(line)["text"] for line in (shared_data / "eval" / "lambada_test.jsonl").open()][:6]
+    texts.append(" ".join(texts))  # longer than the 256-token context: several windows
+    assert len(ours.tok_encode(texts[-1])) > 2 * ours.max_length
+    requests = [Instance("loglikelihood_rolling", {}, (text,), i) for i, text in enumerate(texts)]
+    for mine, theirs in zip(
+        ours.loglikelihood_rolling(requests), hf.loglikelihood_rolling(requests), strict=True
+    ):
+        assert abs(mine - theirs) <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_generate_until_matches_hf_backend(checkpoint, tmp_path):
+    """Greedy generation through both backends. The few-step model only emits newlines, so this uses a
+    randomized model (varied, confident predictions) with the same tokenizer."""
+    from lm_eval.models.huggingface import HFLM
+
+    config = read_model_config(checkpoint)
+    make_checkpoint(tmp_path / "ck", config, checkpoint / "tokenizer.json", seed=5)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    ours = TablefreeLMEval(checkpoint=str(tmp_path / "ck"), batch_size=4)
+    hf = HFLM(pretrained=str(tmp_path / "hf"), dtype="float32", device="cpu", batch_size=4)
+    contexts = ["Marley was dead: to begin with.", "The Spirit", "Scrooge said, \u201c"]
+    kwargs = {"until": ["\n\n", " the"], "max_gen_toks": 40, "do_sample": False}
+    requests = [
+        Instance("generate_until", {}, (context, dict(kwargs)), i) for i, context in enumerate(contexts)
+    ]
+    mine, theirs = ours.generate_until(requests), hf.generate_until(requests)
+    assert mine == theirs
+    assert len({text for text in mine}) == len(mine) and all(mine)
+
+
+@pytest.mark.slow
+def test_cli_runs_lm_eval_with_the_adapter(checkpoint, task_manager, tmp_path, three_ways):
+    include = task_manager.include_path
+    out = tmp_path / "lm_eval_out"
+    argv = ["lm-eval", "--model", "tablefree", "--model_args", f"checkpoint={checkpoint}", "--tasks"]
+    argv += ["parity_lambada", "--include_path", str(include), "--limit", "20", "--output_path", str(out)]
+    assert main(argv) == 0
+    (results_file,) = out.rglob("results_*.json")
+    accuracy = json.loads(results_file.read_text())["results"]["parity_lambada"]["acc,none"]
+    expected = three_ways["tablefree eval"]["lambada"]["acc"]
+    assert accuracy == pytest.approx(sum(expected[i] for i in range(20)) / 20)
