@@ -59,7 +59,18 @@ def engine_loglikelihoods(model, tokenizer, requests, batch_size) -> list[tuple[
     return loglikelihoods(model, requests, batch_size)
 
 
-BACKENDS: dict[str, Backend] = {"tablefree": engine_loglikelihoods, "naive": naive_loglikelihoods}
+def lm_eval_hf_loglikelihoods(model, tokenizer, requests, batch_size) -> list[tuple[float, bool]]:
+    """lm-eval's ``hf`` backend on the exported model (interop extra; see benchmarks/lm_eval_backend.py)."""
+    from lm_eval_backend import lm_eval_hf_loglikelihoods as score
+
+    return score(model, tokenizer, requests, batch_size)
+
+
+BACKENDS: dict[str, Backend] = {
+    "tablefree": engine_loglikelihoods,
+    "naive": naive_loglikelihoods,
+    "lm-eval-hf": lm_eval_hf_loglikelihoods,
+}
 
 
 def train_benchmark_tokenizer(vocab_size: int, megabytes: float) -> Tokenizer:
@@ -179,6 +190,8 @@ def main() -> None:
     )
     seconds = dict.fromkeys(names, 0.0)
     scored: dict[str, dict[int, list]] = {name: {} for name in names}
+    for name in names:  # untimed warm-up (lm-eval-hf exports the model and loads it here)
+        BACKENDS[name](model, tokenizer, requests_of(sample[:1]), args.batch_size)
     for first in range(0, len(sample), args.block):
         block = sample[first : first + args.block]
         for name in names:
