@@ -169,9 +169,14 @@ def test_uint32_shards_for_large_vocabularies(tmp_path) -> None:
 
 
 _PREPARE_SCRIPT = """
-import sys
-from tablefree.data.prepare import prepare_dataset
-prepare_dataset(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], workers=1, shard_tokens=500,
+import sys, time
+import tablefree.data.prepare as prepare
+write_shard = prepare.write_shard
+def slow_write_shard(*args, **kwargs):  # slow storage, so that the kill lands midway on any machine
+    write_shard(*args, **kwargs)
+    time.sleep(0.02)
+prepare.write_shard = slow_write_shard
+prepare.prepare_dataset(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], workers=1, shard_tokens=500,
                 val_fraction=0.2, progress=False)
 """
 

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import zstandard
+from tqdm import tqdm
 
 READ_BLOCK = 1 << 20
 SNIFF_BYTES = 8192
@@ -283,10 +284,10 @@ class Corpus:
 
     # -- scanning ---------------------------------------------------------------------------------------
 
-    def scan(self) -> CorpusSummary:
+    def scan(self, progress: bool = False) -> CorpusSummary:
         """One pass over every file: sha256, size, encoding, valid document count and junk."""
         summary = CorpusSummary(junk=list(self._pending_junk))
-        for source in self.sources:
+        for source in tqdm(self.sources, desc="scanning", unit="file", disable=not progress):
             info = FileInfo(source.rel, sha256_file(source.path), source.path.stat().st_size, None, 0)
             info.encoding = self._file_encoding(source, summary.junk)
             if info.encoding != "junk":

@@ -360,7 +360,7 @@ def prepare_dataset(
 
     if hub is None:
         reader = Corpus(corpus, text_field=text_field, strict=strict, gutenberg=gutenberg)
-        summary = reader.scan()
+        summary = reader.scan(progress=progress)
         docs = LocalDocuments(reader, summary, val_fraction, seed)
         sources = [asdict(f) for f in summary.files]
     else:
