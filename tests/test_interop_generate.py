@@ -124,3 +124,13 @@ def test_cli_generate_streams_the_greedy_continuation(checkpoint, model, tokeniz
     assert code == 0
     expected = generate(model, load_tokenizer(tokenizer_path), "Export", 12, temperature=0)
     assert capsys.readouterr().out == "Export" + expected + "\n"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [(dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=-1), "max_new_tokens")],
+)
+def test_bad_sampling_settings_are_named(model, kwargs, message):
+    settings = dict(max_new_tokens=3) | kwargs
+    with pytest.raises(ValueError, match=message):
+        list(generate_tokens(model, [1, 2], **settings))

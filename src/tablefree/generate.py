@@ -78,6 +78,10 @@ def generate_tokens(
         raise ValueError("prompt_ids is empty; start from at least one token (e.g. <|endoftext|>)")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
     window = model.config.max_seq_len
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed) if seed is not None else None

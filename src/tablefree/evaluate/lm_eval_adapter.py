@@ -175,7 +175,7 @@ class TablefreeLMEval(TemplateLM):
                 self.tok_encode(context)[-max_context:] or [self.prefix_token_id],
                 max_gen_toks,
                 temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
-                top_k=kwargs.get("top_k"),
+                top_k=kwargs.get("top_k") or None,  # 0 means "no top-k" in transformers
                 top_p=kwargs.get("top_p"),
                 seed=self.seed,
                 stop=[s for s in until if s != eos],
