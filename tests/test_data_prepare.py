@@ -280,3 +280,28 @@ def test_adopt_llmc_shards(tokenizer_path, tmp_path, capsys) -> None:
     assert inputs[0].tolist() == stream[:100]
     assert main([*argv, "--train", "nothing_*.bin"]) == 1
     assert "no shard matches" in capsys.readouterr().err
+
+
+def test_crash_between_shard_and_journal(jsonl_corpus, tokenizer_path, tmp_path, monkeypatch) -> None:
+    """A crash after a shard is renamed into place but before the journal records it."""
+    import tablefree.data.prepare as prepare
+
+    root, _ = jsonl_corpus
+    kwargs = dict(tokenizer=tokenizer_path, workers=1, shard_tokens=700, val_fraction=0.2, progress=False)
+    reference = prepare_dataset(root, tmp_path / "reference", **kwargs)
+    real_write = prepare._write_json_atomic
+    calls = []
+
+    def crash_on_second_journal(path, data):
+        calls.append(path.name)
+        if path.name == STATE_FILE and calls.count(STATE_FILE) == 2:
+            raise KeyboardInterrupt  # stands in for the kill: the first shard exists, unjournalled
+        real_write(path, data)
+
+    monkeypatch.setattr(prepare, "_write_json_atomic", crash_on_second_journal)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_dataset(root, tmp_path / "out", **kwargs)
+    monkeypatch.setattr(prepare, "_write_json_atomic", real_write)
+    assert (tmp_path / "out/train_000000.bin").exists()
+    assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["splits"]["train"]["shards"] == []
+    assert prepare_dataset(root, tmp_path / "out", **kwargs)["splits"] == reference["splits"]

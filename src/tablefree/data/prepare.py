@@ -352,7 +352,7 @@ def prepare_dataset(
     if shard_tokens < 1:
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
     if (corpus is None) == (hub is None):
-        raise ValueError("give either a corpus path or a hub dataset, not both")
+        raise ValueError("give exactly one of a corpus path and a hub dataset")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = workers or os.cpu_count() or 1
@@ -420,6 +420,8 @@ def prepare_dataset(
             },
         )
 
+    if state is None:  # from now on, shards in this directory are ours: a crash before any journal update
+        journal()  # must not leave shards that a re-run would take for someone else's
     _tokenize(docs, tok, writers, workers, journal, progress)
     for writer in writers.values():
         if not writer.done:
