@@ -305,3 +305,23 @@ def test_crash_between_shard_and_journal(jsonl_corpus, tokenizer_path, tmp_path,
     assert (tmp_path / "out/train_000000.bin").exists()
     assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["splits"]["train"]["shards"] == []
     assert prepare_dataset(root, tmp_path / "out", **kwargs)["splits"] == reference["splits"]
+
+
+def test_tokenizer_without_exact_cut_points_gets_whole_documents(tmp_path, monkeypatch) -> None:
+    """A tokenizer with a normalizer (as many hub tokenizers have) is never fed pieces; it still round-trips."""
+    from tokenizers import normalizers
+
+    import tablefree.data.prepare as prepare
+    from tablefree.data.tokenizer import is_split_safe
+
+    monkeypatch.setattr(prepare, "PIECE_CHARS", 500)
+    docs = [d * 10 for d in synthetic_docs(6, seed=5)]  # several pieces long each
+    tokenizer = train_tokenizer_from_texts(docs, 300)
+    tokenizer.normalizer = normalizers.NFC()
+    assert not is_split_safe(tokenizer)
+    for i, doc in enumerate(docs):
+        (tmp_path / f"{i}.txt").write_text(doc)
+    manifest = prepare_dataset(tmp_path, tmp_path / "out", tokenizer=tokenizer, workers=1, progress=False)
+    got = split_documents(tmp_path / "out", "train", manifest["eot_id"], tokenizer)
+    got += split_documents(tmp_path / "out", "val", manifest["eot_id"], tokenizer)
+    assert sorted(got) == sorted(docs)
