@@ -145,11 +145,13 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False) -> dic
     ``resume=True`` continues from the newest complete checkpoint in ``run_dir`` (or starts afresh when there
     is none). Launched under torchrun, the processes share the work with DDP or FSDP2 (``config.parallel``).
     """
+    owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = init_distributed(config.device, force_process_group=config.parallel == "fsdp")
     try:
         return _train(config, Path(run_dir), resume, info)
     finally:
-        destroy_distributed()
+        if owns_process_group:  # leave a caller's process group alone
+            destroy_distributed()
 
 
 def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> dict[str, Any]:
@@ -176,6 +178,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
         )
     if checkpoint is not None:
         check_resumable(run_dir, config, manifest)
+    barrier()  # every process has checked before rank 0 writes anything
 
     # ---- model, parallelism, optimizer, data
     model = build_model(model_config, seed=config.seed, device=device)
