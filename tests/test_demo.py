@@ -26,3 +26,46 @@ def test_default_corpus_is_deterministic_and_substantial(tmp_path: Path) -> None
     words = " ".join(doc["text"] for doc in documents[:200]).lower().split()
     assert words.count("the") > 0.02 * len(words)
     assert json.loads((tmp_path / "a" / "corpus.json").read_text())["sha256"] == first["sha256"]
+
+
+def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> None:
+    from pydoc_data.topics import topics
+
+    from tablefree import demo
+
+    corpus = tmp_path / "topics.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
+    toy = {
+        **demo.DEMO_RECIPE,
+        "model": {
+            "preset": "tiny",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "max_seq_len": 128,
+        },
+        "budget": "6 steps",
+        "batch_tokens": 1024,
+        "micro_batch": 8,
+        "seq_len": 128,
+        "schedule": {"name": "cosine", "warmup_steps": 2},
+        "val_every": 3,
+        "checkpoint_every": 3,
+    }
+    monkeypatch.setattr(demo, "DEMO_RECIPE", toy)
+    monkeypatch.setattr(demo, "DEMO_VOCAB_SIZE", 512)
+    monkeypatch.setenv("TABLEFREE_EVAL_DATA", str(tmp_path / "no-evals"))
+    lines: list[str] = []
+    result = demo.run_demo(corpus=corpus, out=tmp_path / "demo", log=lines.append)
+
+    assert result["runs"] == {"learned-s0": "done", "canonical-s0": "done", "affine-s0": "done"}
+    assert len(result["summary"]) == 3
+    assert result["summary"][0].startswith("validation loss") and "affine" in result["summary"][0]
+    assert "canonical" in result["summary"][1] and "%" in result["summary"][1]
+    markdown = (tmp_path / "demo" / "report.md").read_text()
+    assert "Benchmarks not scored (hellaswag, piqa, lambada)" in markdown
+    assert "tablefree data download-evals" in markdown
+    assert [line for line in lines if line.startswith("[")][0].startswith("[1] training a 512-token")
