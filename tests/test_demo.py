@@ -68,4 +68,4 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     markdown = (tmp_path / "demo" / "report.md").read_text()
     assert "Benchmarks not scored (hellaswag, piqa, lambada)" in markdown
     assert "tablefree data download-evals" in markdown
-    assert [line for line in lines if line.startswith("[")][0].startswith("[1] training a 512-token")
+    assert next(line for line in lines if line.startswith("[")).startswith("[1] training a 512-token")
