@@ -27,7 +27,7 @@ from tablefree.checkpoint import read_model_config, resolve_checkpoint  # noqa: 
 from tablefree.cli import main  # noqa: E402
 from tablefree.config import from_dict  # noqa: E402
 from tablefree.evaluate import run_eval  # noqa: E402
-from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval  # noqa: E402
+from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
 
 N = 100  # examples per task
@@ -202,6 +202,18 @@ def test_adapter_is_registered():
     assert get_model("tablefree") is TablefreeLMEval
 
 
+def test_device_falls_back_to_cpu_without_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cuda:0") == "cpu"  # lm-eval's CLI default
+    assert resolve_device(None) == "cpu"
+    assert resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("cuda:1") == "cuda:1"
+    assert resolve_device(None) == "cuda"
+
+
 @pytest.fixture(scope="module")
 def adapters(checkpoint, hf_dir):
     from lm_eval.models.huggingface import HFLM
@@ -251,6 +263,7 @@ def test_cli_runs_lm_eval_with_the_adapter(checkpoint, task_manager, tmp_path, t
     out = tmp_path / "lm_eval_out"
     argv = ["lm-eval", "--model", "tablefree", "--model_args", f"checkpoint={checkpoint}", "--tasks"]
     argv += ["parity_lambada", "--include_path", str(include), "--limit", "20", "--output_path", str(out)]
+    argv += ["--device", "cpu"]
     assert main(argv) == 0
     (results_file,) = out.rglob("results_*.json")
     accuracy = json.loads(results_file.read_text())["results"]["parity_lambada"]["acc,none"]

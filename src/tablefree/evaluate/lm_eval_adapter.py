@@ -17,6 +17,7 @@ engine behind ``tablefree eval``), and generation is ``tablefree.generate``.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.generate import generate
 
+logger = logging.getLogger(__name__)
 MODEL_NAME = "tablefree"
 DEFAULT_BATCH_SIZE = 32
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,7 +43,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class TablefreeLMEval(TemplateLM):
     """A tablefree checkpoint as an lm-eval ``LM``.
 
-    Model args: ``checkpoint`` (checkpoint, run dir or dir of ``step_*``), ``device`` (default cpu),
+    Model args: ``checkpoint`` (checkpoint, run dir or dir of ``step_*``), ``device`` (lm-eval's default is
+    ``cuda:0``; without CUDA we fall back to the CPU, as lm-eval's ``hf`` backend does when none is given),
     ``batch_size`` (packed rows per forward pass; ``auto`` means 32), ``dtype`` (float32 | bfloat16 | float16),
     ``max_length`` (default the model's ``max_seq_len``), ``tokenizer`` (default the checkpoint's
     ``tokenizer.json``), ``max_gen_toks`` (default 256), ``seed`` (sampling seed for ``generate_until``).
@@ -62,7 +65,8 @@ class TablefreeLMEval(TemplateLM):
         super().__init__()
         if dtype not in DTYPES:
             raise ValueError(f"model_args dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
-        self.model, self.checkpoint = load_model(checkpoint, device=device or "cpu")
+        device = resolve_device(device)
+        self.model, self.checkpoint = load_model(checkpoint, device=device)
         self.model.to(DTYPES[dtype])
         tokenizer_path = Path(tokenizer) if tokenizer else self.checkpoint / TOKENIZER_FILE
         if not tokenizer_path.exists():
@@ -73,7 +77,7 @@ class TablefreeLMEval(TemplateLM):
         self._max_length = int(max_length or self.model.config.max_seq_len)
         self._max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
-        self._device = torch.device(device or "cpu")
+        self._device = torch.device(device)
 
     # -- properties lm-eval reads ---------------------------------------------------------------------------
 
@@ -186,6 +190,17 @@ class TablefreeLMEval(TemplateLM):
 
     def get_model_info(self) -> dict[str, Any]:
         return {"checkpoint": str(self.checkpoint), "model_config": str(self.model.config)}
+
+
+def resolve_device(device: str | None) -> str:
+    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU."""
+    if device and not str(device).startswith("cuda"):
+        return str(device)
+    if torch.cuda.is_available():
+        return str(device or "cuda")
+    if device:
+        logger.warning("device %r requested but CUDA is not available; using the CPU", device)
+    return "cpu"
 
 
 def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:
