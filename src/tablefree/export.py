@@ -344,7 +344,7 @@ def model_card(model: TablefreeLM, architecture: str, source: Path, meta: dict[s
         f"# tablefree model ({interface.name} input interface), exported to `{cls}`",
         "",
         f"Exported by tablefree {tablefree.__version__} from `{source}`"
-        + (f" (step {meta['step']}, {meta.get('tokens_seen')} tokens seen)" if "step" in meta else "")
+        + _provenance(meta)
         + ". It loads with plain `transformers`, no `trust_remote_code`:",
         "",
         "```python",
@@ -406,6 +406,13 @@ def model_card(model: TablefreeLM, architecture: str, source: Path, meta: dict[s
             "table-free interface exactly.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _provenance(meta: dict[str, Any]) -> str:
+    parts = [f"step {meta['step']}"] if meta.get("step") is not None else []
+    if meta.get("tokens_seen") is not None:
+        parts.append(f"{meta['tokens_seen']:,} tokens seen")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _read_json(path: Path) -> dict[str, Any]:

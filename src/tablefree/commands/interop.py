@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from tablefree.export import EXPORT_FORMATS
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser(
@@ -20,7 +22,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     export.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
     export.add_argument("out_dir", help="output directory")
-    export.add_argument("--format", default="hf", choices=["hf"], help="export format (default: hf)")
+    export.add_argument("--format", default="hf", choices=EXPORT_FORMATS, help="export format (default: hf)")
     export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     export.add_argument(
         "--tokenizer", default=None, help="tokenizer.json to ship (default: the checkpoint's)"
