@@ -5,6 +5,7 @@ and LAMBADA, loaded through local task definitions that include lm-eval's offici
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -27,17 +28,13 @@ from tablefree.checkpoint import read_model_config, resolve_checkpoint  # noqa: 
 from tablefree.cli import main  # noqa: E402
 from tablefree.config import from_dict  # noqa: E402
 from tablefree.evaluate import run_eval  # noqa: E402
-from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device  # noqa: E402
+from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device, write_local_tasks  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
 
 N = 100  # examples per task
 TOLERANCE = 1e-4  # per-example log-likelihood
-# Our task name -> (local lm-eval task, official YAML it includes, split, data file written by the fixture).
-TASKS = {
-    "hellaswag": ("parity_hellaswag", "hellaswag/hellaswag.yaml", "validation", "hellaswag.jsonl"),
-    "piqa": ("parity_piqa", "piqa/piqa.yaml", "validation", "piqa.jsonl"),
-    "lambada": ("parity_lambada", "lambada/lambada_openai.yaml", "test", "lambada.jsonl"),
-}
+# Our task name -> the local lm-eval task that mirrors it.
+TASKS = {"hellaswag": "parity_hellaswag", "piqa": "parity_piqa", "lambada": "parity_lambada"}
 
 
 @pytest.fixture(scope="module")
@@ -77,50 +74,31 @@ def hf_dir(checkpoint, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def task_manager(tmp_path_factory, shared_data) -> TaskManager:
-    """Local lm-eval tasks: the official YAML (prompts, choices, targets, metrics, HellaSwag's preprocessing),
-    with the dataset swapped for the first N records of the shared files in their official formats."""
+    """Local lm-eval tasks (``write_local_tasks``): lm-eval's official YAML (prompts, choices, targets,
+    metrics, HellaSwag's preprocessing) with the data swapped for the first N records of the shared files."""
     root = tmp_path_factory.mktemp("lm_eval_tasks")
-    eval_dir = shared_data / "eval"
-    first = lambda path: path.read_text(encoding="utf-8").splitlines()[:N]  # noqa: E731
-    (root / "hellaswag.jsonl").write_text("\n".join(first(eval_dir / "hellaswag_val.jsonl")) + "\n")
-    (root / "lambada.jsonl").write_text("\n".join(first(eval_dir / "lambada_test.jsonl")) + "\n")
-    piqa = zip(
-        first(eval_dir / "piqa" / "valid.jsonl"), first(eval_dir / "piqa" / "valid-labels.lst"), strict=True
-    )
-    (root / "piqa.jsonl").write_text(
-        "".join(json.dumps({**json.loads(d), "label": int(y)}) + "\n" for d, y in piqa)
-    )
-    official = Path(lm_eval.__file__).parent / "tasks"
-    for name, yaml, split, data in TASKS.values():
-        (root / f"{name}.yaml").write_text(
-            f"include: {official / yaml}\n"
-            f"task: {name}\n"
-            "tag: []\n"
-            "dataset_path: json\n"
-            "dataset_name: null\n"
-            "dataset_kwargs:\n"
-            f"  data_files: {{{split}: {root / data}}}\n"
-            f"  cache_dir: {root / 'datasets_cache'}\n"
-            "training_split: null\n",
-            encoding="utf-8",
-        )
+    names = write_local_tasks(root, shared_data / "eval", list(TASKS), limit=N, prefix="parity_")
+    assert names == TASKS
     return TaskManager(include_path=str(root), include_defaults=False)
 
 
-def _lm_eval(model: str, model_args: dict, task_manager: TaskManager) -> dict:
+def _lm_eval(
+    model: str, model_args: dict, task_manager: TaskManager, tasks: dict = TASKS, limit: int = N
+) -> dict:
+    """Per task: aggregate metrics and per-example log-likelihoods, greedy flags, acc, acc_norm."""
     results = lm_eval.simple_evaluate(
         model=model,
         model_args=model_args,
-        tasks=[name for name, *_ in TASKS.values()],
+        tasks=list(tasks.values()),
         task_manager=task_manager,
         batch_size=32,
         device="cpu",
-        limit=N,
+        limit=limit,
         log_samples=True,
         bootstrap_iters=0,
     )
     per_task = {}
-    for ours, (name, *_) in TASKS.items():
+    for ours, name in tasks.items():
         samples = {s["doc_id"]: s for s in results["samples"][name]}
         per_task[ours] = {
             "metrics": results["results"][name],
@@ -132,22 +110,17 @@ def _lm_eval(model: str, model_args: dict, task_manager: TaskManager) -> dict:
     return per_task
 
 
-@pytest.fixture(scope="module")
-def three_ways(checkpoint, hf_dir, task_manager, shared_data, tmp_path_factory) -> dict:
-    examples = tmp_path_factory.mktemp("ours") / "examples.jsonl"
+def _tablefree_eval(checkpoint: Path, data_dir: Path, tasks: list[str], limit: int, scratch: Path) -> dict:
+    """The same, from ``run_eval`` and its per-example records."""
+    examples = scratch / "examples.jsonl"
     ours = run_eval(
-        checkpoint,
-        list(TASKS),
-        data_dir=shared_data / "eval",
-        limit=N,
-        examples_out=examples,
-        bootstrap_iters=0,
+        checkpoint, tasks, data_dir=data_dir, limit=limit, examples_out=examples, bootstrap_iters=0
     )
     records = [json.loads(line) for line in examples.read_text().splitlines()]
-    builtin = {}
-    for task in TASKS:
+    per_task = {}
+    for task in tasks:
         rows = {r["doc_id"]: r for r in records if r["task"] == task}
-        builtin[task] = {
+        per_task[task] = {
             "metrics": ours["tasks"][task]["metrics"],
             "loglikelihoods": {i: r["loglikelihoods"] for i, r in rows.items()},
             "greedy": {
@@ -156,8 +129,14 @@ def three_ways(checkpoint, hf_dir, task_manager, shared_data, tmp_path_factory) 
             "acc": {i: r["acc"] for i, r in rows.items()},
             "acc_norm": {i: r.get("acc_norm") for i, r in rows.items()},
         }
+    return per_task
+
+
+@pytest.fixture(scope="module")
+def three_ways(checkpoint, hf_dir, task_manager, shared_data, tmp_path_factory) -> dict:
+    scratch = tmp_path_factory.mktemp("ours")
     return {
-        "tablefree eval": builtin,
+        "tablefree eval": _tablefree_eval(checkpoint, shared_data / "eval", list(TASKS), N, scratch),
         "lm-eval tablefree": _lm_eval("tablefree", {"checkpoint": str(checkpoint)}, task_manager),
         # float64 log-softmax: in fp32, a sum of ~300 log-probs near -1300 (a long PIQA solution) has a resolution
         # of 1.2e-4 (one ulp), coarser than the tolerance; we sum in float64 too.
@@ -196,6 +175,33 @@ def test_accuracies_are_identical(three_ways, task):
         for metric in metrics:
             value = aggregate.get(metric, aggregate.get(f"{metric},none"))
             assert value == pytest.approx(sum(reference[metric].values()) / N, abs=1e-12), (scorer, metric)
+
+
+EXTRA_TASKS = ("arc_easy", "arc_challenge", "winogrande", "openbookqa", "sciq", "boolq", "copa")
+
+
+@pytest.mark.slow
+def test_other_tasks_match_lm_eval_official_configs(checkpoint, shared_data, tmp_path):
+    """The other seven tasks of ``tablefree eval`` against lm-eval's official YAMLs (through the adapter, which
+    scores with the same engine, so any difference is in prompts, choices, targets or metrics)."""
+    limit = 25
+    tasks = write_local_tasks(
+        tmp_path / "tasks", shared_data / "eval", EXTRA_TASKS, limit=limit, prefix="extra_"
+    )
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    theirs = _lm_eval("tablefree", {"checkpoint": str(checkpoint)}, manager, tasks, limit)
+    ours = _tablefree_eval(checkpoint, shared_data / "eval", list(EXTRA_TASKS), limit, tmp_path)
+    for task in EXTRA_TASKS:
+        assert theirs[task]["acc"] == ours[task]["acc"], task
+        if None not in theirs[task]["acc_norm"].values():  # lm-eval reports it for this task
+            assert theirs[task]["acc_norm"] == ours[task]["acc_norm"], task
+        assert (
+            theirs[task]["loglikelihoods"].keys() == ours[task]["loglikelihoods"].keys() == set(range(limit))
+        )
+        for doc_id, lls in ours[task]["loglikelihoods"].items():
+            other = theirs[task]["loglikelihoods"][doc_id]
+            assert len(other) == len(lls), (task, doc_id)
+            assert all(abs(a - b) <= TOLERANCE for a, b in zip(lls, other, strict=True)), (task, doc_id)
 
 
 def test_adapter_is_registered():
@@ -258,14 +264,26 @@ def test_generate_until_matches_hf_backend(checkpoint, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_runs_lm_eval_with_the_adapter(checkpoint, task_manager, tmp_path, three_ways):
-    include = task_manager.include_path
-    out = tmp_path / "lm_eval_out"
-    argv = ["lm-eval", "--model", "tablefree", "--model_args", f"checkpoint={checkpoint}", "--tasks"]
-    argv += ["parity_lambada", "--include_path", str(include), "--limit", "20", "--output_path", str(out)]
-    argv += ["--device", "cpu"]
+def test_cli_writes_local_tasks_and_runs_lm_eval_with_the_adapter(
+    checkpoint, shared_data, tmp_path, three_ways
+):
+    tasks, out = tmp_path / "tasks", tmp_path / "lm_eval_out"
+    argv = ["lm-eval-tasks", str(tasks), "--eval-data", str(shared_data / "eval"), "--tasks", "lambada"]
+    assert main([*argv, "--limit", "20", "--prefix", "cli_"]) == 0
+    argv = [
+        "lm-eval",
+        "--model",
+        "tablefree",
+        "--model_args",
+        f"checkpoint={checkpoint}",
+        "--tasks",
+        "cli_lambada",
+    ]
+    argv += ["--include_path", str(tasks), "--output_path", str(out), "--device", "cpu"]
     assert main(argv) == 0
     (results_file,) = out.rglob("results_*.json")
-    accuracy = json.loads(results_file.read_text())["results"]["parity_lambada"]["acc,none"]
-    expected = three_ways["tablefree eval"]["lambada"]["acc"]
-    assert accuracy == pytest.approx(sum(expected[i] for i in range(20)) / 20)
+    results = json.loads(results_file.read_text())["results"]["cli_lambada"]
+    expected = three_ways["tablefree eval"]["lambada"]
+    assert results["acc,none"] == pytest.approx(sum(expected["acc"][i] for i in range(20)) / 20)
+    mean_loglik = sum(expected["loglikelihoods"][i][0] for i in range(20)) / 20
+    assert results["perplexity,none"] == pytest.approx(math.exp(-mean_loglik), rel=1e-6)

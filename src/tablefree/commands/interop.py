@@ -74,6 +74,57 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     lm_eval.add_argument("args", nargs=argparse.REMAINDER, help="lm-eval arguments")
     lm_eval.set_defaults(func=run_lm_eval)
+    add_lm_eval_tasks(subparsers)
+
+
+def add_lm_eval_tasks(subparsers: argparse._SubParsersAction) -> None:
+    tasks = subparsers.add_parser(
+        "lm-eval-tasks",
+        help="write lm-eval task definitions that read the local evaluation files (offline)",
+        description="For each task, a YAML that includes lm-eval's official task config and reads the same "
+        "official-format files `tablefree eval` reads, for `lm-eval --include_path OUT_DIR` (no downloads). "
+        "Python API: tablefree.evaluate.lm_eval_adapter.write_local_tasks(out_dir, data_dir, tasks, limit).",
+    )
+    tasks.add_argument("out_dir", help="directory for the YAML and data files")
+    tasks.add_argument(
+        "--eval-data", default=None, help="eval data dir (default: $TABLEFREE_EVAL_DATA, cache)"
+    )
+    tasks.add_argument(
+        "--tasks", default=None, help="comma-separated tablefree task names (default: all ten)"
+    )
+    tasks.add_argument("--limit", type=int, default=None, help="first N records of each task")
+    tasks.add_argument(
+        "--prefix", default="tablefree_", help="lm-eval task name prefix (default: tablefree_)"
+    )
+    tasks.set_defaults(func=run_lm_eval_tasks)
+
+
+def _adapter():
+    """The lm-eval adapter module; a clear error when the interop extra is missing."""
+    try:
+        from tablefree.evaluate import lm_eval_adapter
+    except ModuleNotFoundError as error:
+        raise ValueError(
+            f"{error.name} is not installed; install the interop extra: pip install 'tablefree[interop]'"
+        ) from None
+    return lm_eval_adapter
+
+
+def run_lm_eval_tasks(args: argparse.Namespace) -> int:
+    names = _adapter().write_local_tasks(
+        args.out_dir,
+        args.eval_data,
+        args.tasks.split(",") if args.tasks else None,
+        limit=args.limit,
+        prefix=args.prefix,
+    )
+    for ours, theirs in names.items():
+        print(f"{ours:>14} -> {theirs}")
+    print(
+        f"run: tablefree lm-eval --model tablefree --model_args checkpoint=CHECKPOINT "
+        f"--include_path {args.out_dir} --tasks {','.join(names.values())}"
+    )
+    return 0
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -128,12 +179,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_lm_eval(args: argparse.Namespace) -> int:
-    try:
-        from tablefree.evaluate.lm_eval_adapter import run_cli
-    except ModuleNotFoundError as error:
-        raise ValueError(
-            f"{error.name} is not installed; install the interop extra: pip install 'tablefree[interop]'"
-        ) from None
+    run_cli = _adapter().run_cli
     if args.args in ([], ["-h"], ["--help"]):
         print("usage: tablefree lm-eval [lm-eval run arguments]  (see `lm-eval run --help` below)\n")
         run_cli(["run", "--help"] if args.args else ["--help"])

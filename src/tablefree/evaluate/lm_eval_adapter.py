@@ -17,12 +17,16 @@ engine behind ``tablefree eval``), and generation is ``tablefree.generate``.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import model_registry
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
@@ -32,6 +36,7 @@ from tqdm import tqdm
 from tablefree.checkpoint import TOKENIZER_FILE, load_model
 from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.evaluate.engine import loglikelihoods
+from tablefree.evaluate.tasks import get_task, load_docs
 from tablefree.generate import generate
 
 logger = logging.getLogger(__name__)
@@ -214,6 +219,80 @@ def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) 
     if value < 1:
         raise ValueError(f"batch_size must be >= 1, got {value}")
     return value
+
+
+# Our task -> lm-eval's official task YAML (under lm_eval/tasks) and the split our file holds. The local task
+# includes that YAML, so prompts, choices, targets, preprocessing and metrics are lm-eval's own; only the data
+# source changes, to the official-format files `tablefree eval` reads.
+LOCAL_TASKS = {
+    "hellaswag": ("hellaswag/hellaswag.yaml", "validation"),
+    "piqa": ("piqa/piqa.yaml", "validation"),
+    "lambada": ("lambada/lambada_openai.yaml", "test"),
+    "arc_easy": ("arc/arc_easy.yaml", "validation"),
+    "arc_challenge": ("arc/arc_challenge.yaml", "validation"),
+    "winogrande": ("winogrande/default.yaml", "validation"),
+    "openbookqa": ("openbookqa/openbookqa.yaml", "validation"),
+    "sciq": ("sciq/sciq.yaml", "validation"),
+    "boolq": ("super_glue/boolq/default.yaml", "validation"),
+    "copa": ("super_glue/copa/default.yaml", "validation"),
+}
+
+
+def write_local_tasks(
+    out_dir: str | Path,
+    data_dir: str | Path | None = None,
+    tasks: Sequence[str] | None = None,
+    limit: int | None = None,
+    prefix: str = "tablefree_",
+) -> dict[str, str]:
+    """Write lm-eval task definitions that read the local evaluation files, for ``--include_path out_dir``.
+
+    Each ``{prefix}{task}.yaml`` includes lm-eval's official YAML and points ``dataset_path: json`` at a JSON
+    lines copy of the task's records (the first ``limit``; PIQA with its labels joined, BoolQ's ``answer`` as
+    SuperGLUE's ``label``), evaluated on the split our file holds (``validation`` here also for ARC, OpenBookQA
+    and SciQ, whose official task scores ``test``). ``data_dir`` is found as for ``tablefree eval``. Returns
+    {our task name: lm-eval task name}.
+    """
+    import lm_eval
+
+    official = Path(lm_eval.__file__).parent / "tasks"
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for name in tasks or list(LOCAL_TASKS):
+        if name not in LOCAL_TASKS:
+            raise ValueError(f"no lm-eval task mapping for {name!r}; expected some of {sorted(LOCAL_TASKS)}")
+        yaml_path, split = LOCAL_TASKS[name]
+        records = [doc.fields for doc in load_docs(get_task(name), data_dir, limit)]
+        if name == "boolq":
+            records = [{**r, "label": int(r["answer"])} for r in records]
+        task_name = f"{prefix}{name}"
+        data = out_dir / f"{task_name}.jsonl"
+        _write_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        config = {
+            "include": str(official / yaml_path),
+            "task": task_name,
+            "tag": [],
+            "dataset_path": "json",
+            "dataset_name": None,
+            "dataset_kwargs": {
+                "data_files": {split: str(data)},
+                "cache_dir": str(out_dir / "datasets_cache"),
+            },
+            "training_split": None,
+            "validation_split": split if split == "validation" else None,
+            "test_split": split if split == "test" else None,
+            "fewshot_split": None,
+        }
+        _write_atomic(out_dir / f"{task_name}.yaml", yaml.safe_dump(config, sort_keys=False))
+        names[name] = task_name
+    return names
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def register() -> None:
