@@ -77,6 +77,7 @@ class TablefreeLMEval(TemplateLM):
         if not tokenizer_path.exists():
             raise FileNotFoundError(f"{tokenizer_path}: tokenizer not found (pass model_args tokenizer=PATH)")
         self.tokenizer = load_tokenizer(tokenizer_path)
+        self._tokenizer_path = tokenizer_path
         self._eot_token_id = eot_id(self.tokenizer)
         self._batch_size = _parse_batch_size(batch_size, max_batch_size)
         self._max_length = int(max_length or self.model.config.max_seq_len)
@@ -108,7 +109,7 @@ class TablefreeLMEval(TemplateLM):
 
     @property
     def tokenizer_name(self) -> str:
-        return str(self.checkpoint / TOKENIZER_FILE)
+        return str(self._tokenizer_path)
 
     # -- tokenisation (as HFLM.tok_encode with add_special_tokens left to the tokenizer) --------------------
 
