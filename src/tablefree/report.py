@@ -477,12 +477,9 @@ def _md_params(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
-    if value is None:
-        return "–"
-    if abs(value) >= 1000:
-        return f"{value:,.1f}"
-    return f"{value:.{digits}f}"
+def _fmt(value: float | None, digits: int = 5) -> str:
+    """``digits`` significant digits (7.9910 → 7.991, 2954.17 → 2954.2, 0.0553 → 0.0553)."""
+    return "–" if value is None else f"{value:.{digits}g}"
 
 
 def _md_metrics(report: dict[str, Any]) -> str:
