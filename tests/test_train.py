@@ -191,3 +191,29 @@ def test_activation_checkpointing_changes_nothing_but_memory(data_dir, tmp_path)
     # names in the checkpoint are the model's own, without the wrapper's prefix
     model, _ = load_model(tmp_path / "ac")
     assert "layers.0.attn.wq.weight" in model.state_dict()
+
+
+def test_metrics_go_to_tensorboard_when_it_is_installed(monkeypatch, data_dir, tmp_path) -> None:
+    import sys
+    import types
+
+    scalars = []
+
+    class SummaryWriter:  # stands in for torch.utils.tensorboard.SummaryWriter
+        def __init__(self, log_dir: str) -> None:
+            self.log_dir = log_dir
+
+        def add_scalar(self, tag: str, value: float, step: int) -> None:
+            scalars.append((tag, step, value))
+
+        def close(self) -> None:
+            scalars.append(("closed", self.log_dir, None))
+
+    monkeypatch.setitem(
+        sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=SummaryWriter)
+    )
+    train(micro_config(data_dir, budget="2 steps"), tmp_path / "run")
+    losses = train_losses(tmp_path / "run")
+    assert [(s, v) for tag, s, v in scalars if tag == "train_loss"] == list(losses.items())
+    assert any(tag == "val_loss" for tag, _, _ in scalars)
+    assert scalars[-1] == ("closed", str(tmp_path / "run" / "tensorboard"), None)
