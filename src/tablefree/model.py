@@ -175,6 +175,17 @@ class TablefreeLM(nn.Module):
         attention mask broadcastable to (B, 1, T, T_keys), True where attention is allowed; without it,
         attention is causal (over the cached prefix too, when a cache is given).
         """
+        return self.head(self.hidden(ids, positions, mask, cache))
+
+    def hidden(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """The final-norm hidden states (B, T, d) that ``head`` turns into logits; arguments as ``forward``.
+        Scoring uses it to apply the head only at the positions it reads."""
         T = ids.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
@@ -188,7 +199,7 @@ class TablefreeLM(nn.Module):
             x = x.to(self.head.weight.dtype)
         for block in self.layers:
             x = block(x, cos, sin, mask, cache)
-        return self.head(self.norm(x))
+        return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy, computed in fp32."""

@@ -11,8 +11,10 @@ into ONE row: the context once, then each continuation's tokens, with a tree att
 the context and its own earlier tokens, never another continuation) and per-token positions (every continuation
 starts at position ``len(context)``). So a HellaSwag example costs one row of ``context + 4 endings`` tokens
 instead of four rows of ``context + ending``. Rows are sorted by length (longest first, as lm-eval does) and
-batched with right padding. The arithmetic is that of a plain forward pass over each full string, so results do
-not depend on batch size or order beyond float rounding (tests check both against an independent forward pass).
+batched with right padding. The output head is applied only at the positions whose log-probs are read
+(``model.hidden`` then ``model.head`` on the gathered rows), which skips the logits of context positions. The
+arithmetic is that of a plain forward pass over each full string, so results do not depend on batch size or order
+beyond float rounding (tests check both against an independent forward pass).
 
 ``encode_pair`` does the text side exactly as lm-eval's ``TemplateLM._encode_pair`` / ``loglikelihood``.
 """
@@ -199,8 +201,12 @@ def _score_batch(
             target.extend(continuation)
             owner.extend([key_index] * len(predictors))
     mask = tree_mask(segments).to(device)
-    logits = model(ids.to(device), positions=positions.to(device), mask=mask)
-    picked = logits[torch.tensor(row_index, device=device), torch.tensor(predictor, device=device)]
+    rows_t, predictor_t = torch.tensor(row_index, device=device), torch.tensor(predictor, device=device)
+    if hasattr(model, "hidden"):  # the head only where log-probs are read (no logits for context positions)
+        hidden = model.hidden(ids.to(device), positions=positions.to(device), mask=mask)
+        picked = model.head(hidden[rows_t, predictor_t])
+    else:
+        picked = model(ids.to(device), positions=positions.to(device), mask=mask)[rows_t, predictor_t]
     logprobs = F.log_softmax(picked.float(), dim=-1)
     target_t = torch.tensor(target, device=device)
     token_logprob = logprobs.gather(1, target_t.unsqueeze(1)).squeeze(1).double().cpu()
