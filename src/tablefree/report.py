@@ -711,7 +711,11 @@ def _figure_loss_curves(runs: list[Run], report: dict[str, Any], colors: dict[st
             n = len([c for c in curves if len(c[0])])
             marker = "o" if len(grid) <= 30 else None
             ax.plot(
-                grid / scale, mean, color=colors[interface], marker=marker, label=f"{interface} (mean of {n})"
+                grid / scale,
+                mean,
+                color=colors[interface],
+                marker=marker,
+                label=f"{interface} (mean of {n} seeds)" if n > 1 else f"{interface} (1 seed)",
             )
             if n > 1:
                 ax.fill_between(grid / scale, low, high, color=colors[interface], alpha=0.2, linewidth=0)
@@ -830,6 +834,16 @@ def _figure_differences(runs: list[Run], report: dict[str, Any], colors: dict[st
             color = "black" if c["excludes_zero"] else "grey"
             if c["low"] is not None:
                 ax.plot([c["low"], c["high"]], [y, y], color=color, linewidth=2.5)
+            else:
+                ax.annotate(
+                    "no interval (one seed)",
+                    (c["estimate"], y),
+                    xytext=(0, 7),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=8,
+                    color=color,
+                )
             ax.plot(c["estimate"], y, "o", color=color)
         ax.axvline(0.0, color="tab:red", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(rows)), [f"{c['a']} − {c['b']}" for c in rows])
