@@ -33,11 +33,20 @@ META_FILE = "meta.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 
-def write_json_atomic(path: str | Path, data: Any) -> None:
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a synced temp file and a rename: a reader (or a crash) never sees a
+    half-written file that looks whole. The one way tablefree writes its text outputs."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.checkpoint import write_json_atomic
+from tablefree.checkpoint import write_json_atomic, write_text_atomic
 from tablefree.config import apply_overrides, from_dict, load_yaml, to_dict
 from tablefree.interfaces import INTERFACES
 from tablefree.report import RUN_FILES, build_report, read_json, run_name
@@ -355,7 +354,7 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         )
         results = {**scored, "tasks": {**results["tasks"], **scored["tasks"]}}
     else:
-        _write_text_atomic(run.directory / RUN_FILES["examples"], "")
+        write_text_atomic(run.directory / RUN_FILES["examples"], "")
     results.update(limit=spec.limit, val_limit=spec.val_limit)
     write_json_atomic(run.directory / RUN_FILES["eval"], results)
     return results
@@ -425,13 +424,7 @@ def _union(first: list, second: list) -> list:
 
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:
-    _write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
 
 
 def _now() -> str:

@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from tablefree import stats
-from tablefree.checkpoint import write_json_atomic
+from tablefree.checkpoint import write_json_atomic, write_text_atomic
 
 # One colour per interface in every figure (the Tableau palette's first three).
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}
@@ -325,7 +325,7 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     colors = interface_colors(interfaces)
     report["figures"] = draw_figures(runs, report, colors, figures_dir)
     write_json_atomic(sweep_dir / "report.json", _json_ready(report))
-    _write_text_atomic(sweep_dir / "report.md", render_markdown(report))
+    write_text_atomic(sweep_dir / "report.md", render_markdown(report))
     return report
 
 
@@ -386,12 +386,6 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import torch
 
-from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, write_json_atomic
+from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, write_json_atomic, write_text_atomic
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -217,12 +216,7 @@ def git_commit() -> str | None:
 
 
 def write_jsonl_atomic(path: str | Path, records: list[dict[str, Any]]) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in records))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from tablefree.checkpoint import TOKENIZER_FILE, load_model
+from tablefree.checkpoint import TOKENIZER_FILE, load_model, write_text_atomic
 from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.tasks import get_task, load_docs
@@ -269,7 +268,7 @@ def write_local_tasks(
             records = [{**r, "label": int(r["answer"])} for r in records]
         task_name = f"{prefix}{name}"
         data = out_dir / f"{task_name}.jsonl"
-        _write_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        write_text_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         config = {
             "include": str(official / yaml_path),
             "task": task_name,
@@ -285,15 +284,9 @@ def write_local_tasks(
             "test_split": split if split == "test" else None,
             "fewshot_split": None,
         }
-        _write_atomic(out_dir / f"{task_name}.yaml", yaml.safe_dump(config, sort_keys=False))
+        write_text_atomic(out_dir / f"{task_name}.yaml", yaml.safe_dump(config, sort_keys=False))
         names[name] = task_name
     return names
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def register() -> None:

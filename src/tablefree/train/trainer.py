@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import write_json_atomic
+from tablefree.checkpoint import write_json_atomic, write_text_atomic
 from tablefree.config import ModelConfig, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.model import build_model
@@ -220,7 +220,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
         last_train_loss, last_val_loss = state.get("last_train_loss"), state.get("last_val_loss")
     if info.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_yaml_atomic(run_dir / CONFIG_FILE, to_dict(config))
+        write_text_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(config), sort_keys=False))
         truncate_metrics(run_dir / METRICS_FILE, after_step=step)
     metrics = MetricsLog(run_dir, enabled=info.is_main)
     if info.is_main:
@@ -551,9 +551,7 @@ def truncate_metrics(path: Path, after_step: int) -> None:
             continue
         if record.get("step", 0) <= after_step:
             kept.append(line)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def check_resumable(run_dir: Path, config: TrainConfig, manifest: dict[str, Any]) -> None:
@@ -609,12 +607,6 @@ def describe_run(
         f"  run dir: {run_dir}",
         flush=True,
     )
-
-
-def write_yaml_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def human(value: float) -> str:
