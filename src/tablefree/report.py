@@ -245,25 +245,26 @@ def seed_cv(table: dict[str, dict[str, Any]], metric: str = "validation/val_ppl"
 # Provenance
 
 
-def git_commit(path: Path | None = None) -> dict[str, Any]:
+def git_commit() -> dict[str, Any]:
     """The commit of the tablefree checkout (and whether it has uncommitted changes), when it is one."""
-    where = path or Path(__file__).resolve().parent
+    from tablefree.evaluate.evaluator import git_commit as source_commit
+
+    commit = source_commit()
+    if commit is None:
+        from tablefree import __version__
+
+        return {"commit": None, "dirty": None, "version": __version__}
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
+        status = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=where,
+            cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=10,
         ).stdout.strip()
-        return {"commit": commit, "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
-        from tablefree import __version__
-
-        return {"commit": None, "dirty": None, "version": __version__}
+        return {"commit": commit, "dirty": None}
+    return {"commit": commit, "dirty": bool(status)}
 
 
 def environment() -> dict[str, Any]:
