@@ -81,6 +81,14 @@ def is_complete(directory: str | Path) -> bool:
     return (Path(directory) / COMPLETE_MARKER).exists()
 
 
+def complete_steps(parent: str | Path) -> list[Path]:
+    """The complete ``step_*`` checkpoint directories directly under ``parent``, oldest first."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    return sorted(p for p in parent.glob("step_*") if p.is_dir() and is_complete(p))
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory from a checkpoint, a run directory, or a directory of ``step_*`` checkpoints:
     the newest complete one."""
@@ -90,11 +98,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if is_complete(path):
         return path
     for parent in (path / "checkpoints", path):
-        steps = (
-            sorted(p for p in parent.glob("step_*") if p.is_dir() and is_complete(p))
-            if parent.is_dir()
-            else []
-        )
+        steps = complete_steps(parent)
         if steps:
             return steps[-1]
     raise FileNotFoundError(

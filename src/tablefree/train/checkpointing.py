@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from tablefree.checkpoint import MODEL_FILE, is_complete, mark_complete, save_model_files
+from tablefree.checkpoint import MODEL_FILE, complete_steps, is_complete, mark_complete, save_model_files
 
 TRAIN_STATE_FILE = "train_state.pt"
 CHECKPOINTS_DIR = "checkpoints"
@@ -47,10 +47,7 @@ def step_dir_name(step: int) -> str:
 
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete step directories of a run, oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.glob("step_*") if p.is_dir() and is_complete(p))
+    return complete_steps(Path(run_dir) / CHECKPOINTS_DIR)
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import write_json_atomic, write_text_atomic
+from tablefree.checkpoint import META_FILE, write_json_atomic, write_text_atomic
 from tablefree.config import ModelConfig, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.model import build_model
@@ -177,7 +177,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
             f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
         )
     if checkpoint is not None:
-        check_resumable(run_dir, config, manifest)
+        check_resumable(run_dir, checkpoint, config, manifest)
     barrier()  # every process has checked before rank 0 writes anything
 
     # ---- model, parallelism, optimizer, data
@@ -554,7 +554,7 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def check_resumable(run_dir: Path, config: TrainConfig, manifest: dict[str, Any]) -> None:
+def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manifest: dict[str, Any]) -> None:
     """Resuming must not silently change the experiment: same model, seed, batch, data and tokenizer."""
     saved_path = run_dir / CONFIG_FILE
     if not saved_path.exists():
@@ -567,12 +567,11 @@ def check_resumable(run_dir: Path, config: TrainConfig, manifest: dict[str, Any]
                 f"--resume: {key} differs from {saved_path} ({saved.get(key)!r} there, {current.get(key)!r} "
                 "now); start a new run directory to change it"
             )
-    latest = checkpointing.latest_checkpoint(run_dir)
-    meta = json.loads((latest / "meta.json").read_text(encoding="utf-8"))
+    meta = json.loads((checkpoint / META_FILE).read_text(encoding="utf-8"))
     if meta.get("tokenizer_hash") != manifest.get("tokenizer_hash"):
         raise ValueError(
             f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} differs from the "
-            f"checkpoint's {meta.get('tokenizer_hash')} ({latest / 'meta.json'})"
+            f"checkpoint's {meta.get('tokenizer_hash')} ({checkpoint / META_FILE})"
         )
 
 
