@@ -49,6 +49,15 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def read_json(path: str | Path) -> Any:
+    """A JSON file; malformed JSON is a ValueError that names the file and line."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
+
+
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The state to save: parameters and persistent buffers, contiguous and detached."""
     return {name: tensor.detach().contiguous().cpu() for name, tensor in model.state_dict().items()}
@@ -108,7 +117,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 def read_model_config(checkpoint: str | Path) -> ModelConfig:
     directory = resolve_checkpoint(checkpoint)
-    config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    config = read_json(directory / CONFIG_FILE)
     if "model" not in config:
         raise ValueError(f"{directory / CONFIG_FILE}: missing the 'model' section")
     return from_dict(ModelConfig, config["model"], where=f"{directory / CONFIG_FILE}:model")

@@ -21,7 +21,6 @@ Python API: ``export_hf(checkpoint, out_dir)``, ``import_hf(hf_dir, out_checkpoi
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -36,6 +35,7 @@ from tablefree.checkpoint import (
     META_FILE,
     TOKENIZER_FILE,
     load_model,
+    read_json,
     save_model,
     write_json_atomic,
 )
@@ -417,7 +417,7 @@ def _provenance(meta: dict[str, Any]) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except FileNotFoundError:
         return {}
 
@@ -448,7 +448,7 @@ def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool
         raise FileNotFoundError(f"{config_path}: not a transformers model directory (no config.json)")
     if out_checkpoint.exists() and any(out_checkpoint.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_checkpoint} exists and is not empty (pass overwrite=True / --overwrite)")
-    hf_config = json.loads(config_path.read_text(encoding="utf-8"))
+    hf_config = read_json(config_path)
     state = _load_hf_weights(hf_dir)
     model_type = hf_config.get("model_type")
     if model_type == "llama":
@@ -501,7 +501,7 @@ def _load_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
         return load_file(str(single))
     index = hf_dir / "model.safetensors.index.json"
     if index.exists():
-        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        files = sorted(set(read_json(index)["weight_map"].values()))
         state: dict[str, torch.Tensor] = {}
         for name in files:
             state.update(load_file(str(hf_dir / name)))

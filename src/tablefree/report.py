@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from tablefree import stats
+from tablefree.checkpoint import read_json as read_json_file
 from tablefree.checkpoint import write_json_atomic, write_text_atomic
 
 # One colour per interface in every figure (the Tableau palette's first three).
@@ -81,12 +82,11 @@ def higher_is_better(metric: str) -> bool:
 
 
 def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when the file does not exist."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json_file(path)
     except FileNotFoundError:
         return None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -11,7 +11,14 @@ from typing import Any
 
 import torch
 
-from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, write_json_atomic, write_text_atomic
+from tablefree.checkpoint import (
+    META_FILE,
+    TOKENIZER_FILE,
+    load_model,
+    read_json,
+    write_json_atomic,
+    write_text_atomic,
+)
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -196,7 +203,7 @@ def prefix_token_id(tokenizer) -> int:
 
 def _read_meta(directory: Path) -> dict[str, Any]:
     path = directory / META_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return read_json(path) if path.exists() else {}
 
 
 def git_commit() -> str | None:

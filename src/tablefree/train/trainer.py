@@ -35,7 +35,7 @@ import torch.nn.functional as F
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import META_FILE, write_json_atomic, write_text_atomic
+from tablefree.checkpoint import META_FILE, read_json, write_json_atomic, write_text_atomic
 from tablefree.config import ModelConfig, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.model import build_model
@@ -567,7 +567,7 @@ def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manife
                 f"--resume: {key} differs from {saved_path} ({saved.get(key)!r} there, {current.get(key)!r} "
                 "now); start a new run directory to change it"
             )
-    meta = json.loads((checkpoint / META_FILE).read_text(encoding="utf-8"))
+    meta = read_json(checkpoint / META_FILE)
     if meta.get("tokenizer_hash") != manifest.get("tokenizer_hash"):
         raise ValueError(
             f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} differs from the "

@@ -1,0 +1,32 @@
+"""Checkpoint files: bad JSON is reported with the file and line, not as a bare decoder traceback."""
+
+from pathlib import Path
+
+import pytest
+
+from tablefree.checkpoint import (
+    COMPLETE_MARKER,
+    CONFIG_FILE,
+    complete_steps,
+    read_model_config,
+    resolve_checkpoint,
+)
+
+
+def test_malformed_config_names_the_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / COMPLETE_MARKER).write_text("{}")
+    (tmp_path / CONFIG_FILE).write_text('{\n  "model": {,\n}\n')
+    with pytest.raises(ValueError, match=rf"{CONFIG_FILE}: malformed JSON .* at line 2"):
+        read_model_config(tmp_path)
+
+
+def test_resolve_checkpoint_takes_the_newest_complete_step(tmp_path: Path) -> None:
+    for step, complete in ((1, True), (2, True), (3, False)):
+        directory = tmp_path / "checkpoints" / f"step_{step:08d}"
+        directory.mkdir(parents=True)
+        if complete:
+            (directory / COMPLETE_MARKER).write_text("{}")
+    assert [p.name for p in complete_steps(tmp_path / "checkpoints")] == ["step_00000001", "step_00000002"]
+    assert resolve_checkpoint(tmp_path).name == "step_00000002"
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        resolve_checkpoint(tmp_path / "checkpoints" / "step_00000003")
