@@ -9,7 +9,6 @@ and peak memory. Each interface trains in its own process, through the real ``ta
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import subprocess
@@ -17,8 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from train_throughput import make_synthetic_dataset  # benchmarks/ is on sys.path when run as a script
 
 
 def matmul_ceiling_tflops(size: int = 8192, iterations: int = 50) -> float:
@@ -36,34 +36,6 @@ def matmul_ceiling_tflops(size: int = 8192, iterations: int = 50) -> float:
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1000
     return 2 * size**3 * iterations / seconds / 1e12
-
-
-def synthetic_dataset(directory: Path, vocab: int, tokens: int) -> Path:
-    from tablefree.data.shards import write_shard
-
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    splits = {}
-    for split, count in (("train", tokens), ("val", tokens // 10)):
-        name = f"{split}_000000.bin"
-        write_shard(directory / name, rng.integers(0, vocab, count), vocab)
-        splits[split] = {
-            "shards": [{"file": name, "tokens": count, "sha256": ""}],
-            "tokens": count,
-            "documents": 1,
-        }
-    (directory / "tokenizer.json").write_text("{}")
-    manifest = {
-        "version": 1,
-        "tokenizer_hash": hashlib.sha256(b"{}").hexdigest(),
-        "tokenizer_file": "tokenizer.json",
-        "vocab_size": vocab,
-        "eot_id": 0,
-        "splits": splits,
-        "sources": ["synthetic"],
-    }
-    (directory / "manifest.json").write_text(json.dumps(manifest))
-    return directory
 
 
 def main() -> None:
@@ -94,7 +66,7 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         tokens = (args.steps + 4) * args.micro_batch * (args.seq_len + 1)
-        data_dir = synthetic_dataset(Path(tmp) / "data", vocab, tokens)
+        data_dir = make_synthetic_dataset(Path(tmp) / "data", vocab, tokens, val_tokens=tokens // 10)
         for interface in args.interfaces:
             run_dir = Path(tmp) / interface
             command = [

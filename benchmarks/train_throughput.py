@@ -181,7 +181,8 @@ def run_ours(args: argparse.Namespace, interface: str) -> dict:
     )
 
 
-def make_synthetic_dataset(directory: Path, vocab: int, tokens: int) -> Path:
+def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens: int | None = None) -> Path:
+    """A prepared dataset of uniform random ids (``val_tokens`` defaults to enough for a few val batches)."""
     import hashlib
 
     import numpy as np
@@ -191,7 +192,9 @@ def make_synthetic_dataset(directory: Path, vocab: int, tokens: int) -> Path:
     directory.mkdir(parents=True)
     rng = np.random.default_rng(0)
     splits = {}
-    for split, count in (("train", tokens), ("val", 4 * tokens // 100 + 4096)):
+    if val_tokens is None:
+        val_tokens = 4 * tokens // 100 + 4096
+    for split, count in (("train", tokens), ("val", val_tokens)):
         write_shard(directory / f"{split}_000000.bin", rng.integers(0, vocab, count), vocab)
         splits[split] = {
             "shards": [{"file": f"{split}_000000.bin", "tokens": count, "sha256": ""}],
