@@ -28,7 +28,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
     )
-    compare.add_argument("--seeds", type=_seeds, default=None, help="comma-separated, e.g. 0,1,2")
+    compare.add_argument("--seeds", type=parse_seeds, default=None, help="comma-separated, e.g. 0,1,2")
     compare.add_argument("--out", type=Path, default=None, help="sweep directory (default: the config's out)")
     compare.add_argument("--no-report", action="store_true", help="run the sweep without writing the report")
     compare.set_defaults(func=run_compare)
@@ -53,7 +53,8 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def _seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2`` (shared by `compare` and `demo`)."""
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:

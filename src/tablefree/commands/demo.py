@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tablefree.commands.compare import parse_seeds
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -28,7 +30,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--out", type=Path, default=Path("runs/demo"), help="output directory (default: runs/demo)"
     )
     parser.add_argument(
-        "--seeds", default="0", help="comma-separated seeds (default: 0; each adds ~4 minutes)"
+        "--seeds",
+        type=parse_seeds,
+        default="0",
+        help="comma-separated seeds (default: 0; each adds ~4 minutes)",
     )
     parser.add_argument(
         "--budget", default=None, help="training tokens per run (default: 500k, the tiny recipe)"
@@ -45,15 +50,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tablefree.demo import run_demo
 
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds: expected comma-separated integers, got {args.seeds!r}") from None
     result = run_demo(
         corpus=args.corpus,
         eval_data=args.eval_data,
         out=args.out,
-        seeds=seeds,
+        seeds=args.seeds,
         budget=args.budget,
         eval_limit=args.eval_limit or None,
     )
