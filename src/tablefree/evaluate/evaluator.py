@@ -19,6 +19,7 @@ from tablefree.checkpoint import (
     write_json_atomic,
     write_text_atomic,
 )
+from tablefree.data.corpus import sha256_file
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -26,7 +27,6 @@ from tablefree.evaluate.tasks import (
     Task,
     build_requests,
     eval_data_dir,
-    file_sha256,
     get_task,
     load_docs,
     task_files,
@@ -159,7 +159,7 @@ def evaluate_task(
         "headline": task.headline,
         "higher_is_better": {m: m != "perplexity" for m in task.metrics},
         "lm_eval_task": task.lm_eval_task,
-        "data_sha256": {name: file_sha256(path) for name, path in zip(task.files, paths, strict=True)},
+        "data_sha256": {name: sha256_file(path) for name, path in zip(task.files, paths, strict=True)},
     }
     return entry, records
 

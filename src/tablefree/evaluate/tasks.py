@@ -16,7 +16,6 @@ and ``utils.py``; tests compare them with lm-eval's own functions on the real re
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -419,14 +418,6 @@ def load_docs(task: Task, data_dir: str | Path | None = None, limit: int | None 
                 raise ValueError(f"{where}: {error}") from None
         docs.append(Doc(index, where, record))
     return docs
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------------------
