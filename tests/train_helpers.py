@@ -10,6 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tablefree.data.shards import write_shard
+from tablefree.data.tokenizer import tokenizer_hash
 
 
 def write_tokenizer(path: Path, vocab_size: int) -> str:
@@ -19,7 +20,7 @@ def write_tokenizer(path: Path, vocab_size: int) -> str:
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<|endoftext|>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(path))
-    return hashlib.sha256(tokenizer.to_str().encode()).hexdigest()
+    return tokenizer_hash(tokenizer)
 
 
 def markov_tokens(n: int, vocab_size: int, seed: int) -> np.ndarray:
