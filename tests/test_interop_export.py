@@ -188,6 +188,16 @@ def test_import_refuses_parallel_residual_neox(tmp_path, tokenizer_path):
         import_hf(tmp_path / "hf", tmp_path / "back")
 
 
+def test_import_names_a_missing_config_field(tmp_path, tokenizer_path):
+    make_checkpoint(tmp_path / "ck", _config("learned"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    del config["hidden_size"]
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"config.json: missing the field 'hidden_size'"):
+        import_hf(tmp_path / "hf", tmp_path / "back")
+
+
 def test_export_refuses_a_non_empty_directory_unless_overwrite(tmp_path, tokenizer_path):
     make_checkpoint(tmp_path / "ck", _config("learned"), tokenizer_path)
     (tmp_path / "hf").mkdir()

@@ -451,14 +451,15 @@ def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool
     hf_config = read_json(config_path)
     state = _load_hf_weights(hf_dir)
     model_type = hf_config.get("model_type")
-    if model_type == "llama":
-        config, ours = _from_llama(hf_config, state, config_path)
-    elif model_type == "gpt_neox":
-        config, ours = _from_neox(hf_config, state, config_path)
-    else:
+    converters = {"llama": _from_llama, "gpt_neox": _from_neox}
+    if model_type not in converters:
         raise ValueError(
             f"{config_path}: model_type {model_type!r} is not supported (expected llama or gpt_neox)"
         )
+    try:
+        config, ours = converters[model_type](hf_config, state, config_path)
+    except KeyError as error:  # a required config field (weights are checked by _take)
+        raise ValueError(f"{config_path}: missing the field {error.args[0]!r}") from None
 
     embedding = ours.pop("input.weight")
     config.interface, fixed_buffers = _detect_interface(hf_config.get(METADATA_KEY), embedding, config)
@@ -620,7 +621,9 @@ def _from_neox(
         ours[f"layers.{i}.attn_norm.weight"] = _take(state, f"{hf}.input_layernorm.weight", where)
         ours[f"layers.{i}.mlp_norm.weight"] = _take(state, f"{hf}.post_attention_layernorm.weight", where)
     ours["norm.weight"] = _take(state, "gpt_neox.final_layer_norm.weight", where)
-    head = state.pop("embed_out.weight", state.pop("lm_head.weight", None))
+    head = state.pop("embed_out.weight", None)
+    if head is None:
+        head = state.pop("lm_head.weight", None)
     _require(head is not None, where, "no embed_out.weight")
     ours["head.weight"] = head
     for name in [n for n in state if n.endswith(".bias")]:
