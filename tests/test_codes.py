@@ -5,6 +5,8 @@ import torch
 
 from tablefree.codes import (
     AffineMap,
+    affine_encode_ids,
+    affine_id_tables,
     bits_to_ids,
     gf2_inverse,
     gf2_matvec,
@@ -70,6 +72,16 @@ def test_affine_code_is_bijection_and_inverts(seed: int) -> None:
     samples = torch.randint(0, 2**k, (300,), generator=torch.Generator().manual_seed(seed)).tolist()
     for token in [*samples, 0, 65_535]:
         assert int(codes[token]) == _reference_affine(token, matrix, offset)
+
+
+@pytest.mark.parametrize(("k", "bit_order"), [(16, "lsb"), (16, "msb"), (17, "lsb"), (5, "msb")])
+def test_affine_byte_tables_match_the_vector_map_on_every_id(k: int, bit_order: str) -> None:
+    affine = AffineMap.from_seed(k, 2)
+    ids = torch.arange(2**k)
+    packed = affine_encode_ids(ids, affine_id_tables(affine, bit_order))
+    expected = bits_to_ids(affine.encode(ids_to_bits(ids, k, bit_order)))  # code bit i at integer bit i
+    assert torch.equal(packed, expected)
+    assert torch.unique(packed).numel() == 2**k
 
 
 def test_affine_draws_depend_on_seed_and_are_reproducible() -> None:

@@ -79,3 +79,27 @@ def test_unknown_interface_and_options() -> None:
         build_interface(InterfaceConfig(name="onehot"), 10, 8)
     with pytest.raises(ValueError, match="lift"):
         build_interface(InterfaceConfig(name="canonical", lift="spiral"), 10, 8)
+
+
+def _reference_lifted(name: str, config: InterfaceConfig, vocab: int, d: int) -> torch.Tensor:
+    """The interface's output built the slow way: bit vectors, the affine map on vectors, then the lift."""
+    from tablefree.codes import num_bits
+    from tablefree.interfaces import lift_index
+
+    k = num_bits(vocab)
+    bits = ids_to_bits(torch.arange(vocab), k, config.bit_order)
+    if name == "affine":
+        bits = AffineMap.from_seed(k, config.affine_seed).encode(bits)
+    values = bits[:, lift_index(k, d, config.lift)].float()
+    return values * 2 - 1 if config.values == "pm1" else values
+
+
+@pytest.mark.parametrize("name", ["canonical", "affine"])
+@pytest.mark.parametrize("lift", ["tile", "interleave"])
+@pytest.mark.parametrize("bit_order", ["lsb", "msb"])
+@pytest.mark.parametrize("values", ["01", "pm1"])
+def test_fast_path_matches_reference_construction(name: str, lift: str, bit_order: str, values: str) -> None:
+    vocab, d = 3000, 50  # K = 12: two byte tables, d not a multiple of K
+    config = InterfaceConfig(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=5)
+    out = build_interface(config, vocab, d)(torch.arange(vocab))
+    assert torch.equal(out, _reference_lifted(name, config, vocab, d))

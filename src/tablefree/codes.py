@@ -150,6 +150,43 @@ class AffineMap:
         return gf2_matvec(inverse, bits ^ self.offset.to(bits.device))
 
 
+def id_bit_of_code_bit(k: int, bit_order: str = "lsb") -> torch.Tensor:
+    """For each code-vector index j, the bit of the integer id that holds it."""
+    return _bit_positions(k, bit_order, torch.device("cpu"))
+
+
+def affine_id_tables(affine: AffineMap, bit_order: str = "lsb") -> torch.Tensor:
+    """Byte tables that apply c' = A·c ⊕ b to integer ids: ⌈K/8⌉ × 256 packed codes.
+
+    A·c is the XOR of the columns of A selected by the set bits of c, so it splits over the id's bytes:
+    ``pack(c') = T[0][id & 255] ⊕ T[1][(id >> 8) & 255] ⊕ …`` with b folded into T[0]. ``pack`` puts code-vector
+    index i at integer bit i. The tables hold 256·⌈K/8⌉ entries whatever V is (no V-sized state).
+    """
+    k = affine.num_bits
+    columns = [_row_to_int(column) for column in affine.matrix.to("cpu", torch.int64).T.tolist()]
+    code_index = {int(m): j for j, m in enumerate(id_bit_of_code_bit(k, bit_order).tolist())}
+    chunks = (k + 7) // 8
+    tables = torch.zeros(chunks, 256, dtype=torch.int64, device="cpu")
+    for chunk in range(chunks):
+        for byte in range(256):
+            packed = 0
+            for bit in range(8):
+                id_bit = 8 * chunk + bit
+                if id_bit < k and (byte >> bit) & 1:
+                    packed ^= columns[code_index[id_bit]]
+            tables[chunk, byte] = packed
+    tables[0] ^= _row_to_int(affine.offset.tolist())
+    return tables
+
+
+def affine_encode_ids(ids: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+    """pack(A·c(id) ⊕ b) for every id, from :func:`affine_id_tables` (two gathers and an XOR for K = 16)."""
+    packed = tables[0][ids & 255]
+    for chunk in range(1, tables.shape[0]):
+        packed = packed ^ tables[chunk][(ids >> (8 * chunk)) & 255]
+    return packed
+
+
 def _row_to_int(row: list[int]) -> int:
     return sum(int(v) << j for j, v in enumerate(row))
 

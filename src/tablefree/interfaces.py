@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tablefree.codes import AffineMap, ids_to_bits, num_bits
+from tablefree.codes import AffineMap, affine_encode_ids, affine_id_tables, id_bit_of_code_bit, num_bits
 from tablefree.config import InterfaceConfig
 
 INTERFACES: dict[str, type[nn.Module]] = {}
@@ -75,7 +75,11 @@ class LearnedEmbedding(nn.Module):
 
 
 class FixedCode(nn.Module):
-    """Base of the fixed-code interfaces: K-bit code → {0,1} or {−1,+1} values → lifted to width d."""
+    """Base of the fixed-code interfaces: an integer code per id → its K bits → {0,1} or {−1,+1} → lifted to d.
+
+    The bits are extracted K-wide (a shift and a mask) and only then gathered to width d, so the per-token work
+    is one d-wide copy, like a table lookup; no V-sized state exists.
+    """
 
     def __init__(self, config: InterfaceConfig, vocab_size: int, d_model: int) -> None:
         super().__init__()
@@ -83,11 +87,18 @@ class FixedCode(nn.Module):
             raise ValueError(f"model.interface.lift: expected 'tile' or 'interleave', got {config.lift!r}")
         if config.values not in ("01", "pm1"):
             raise ValueError(f"model.interface.values: expected '01' or 'pm1', got {config.values!r}")
+        if config.bit_order not in ("lsb", "msb"):
+            raise ValueError(f"model.interface.bit_order: expected 'lsb' or 'msb', got {config.bit_order!r}")
         self.config = config
         self.vocab_size = vocab_size
         self.num_bits = num_bits(vocab_size)
         self.d_model = d_model
-        # d-sized gather index (not V-sized); derived from the config, so not saved in checkpoints.
+        # int32 arithmetic moves half the bytes of int64; codes of up to 31 bits fit.
+        self.code_dtype = torch.int32 if self.num_bits <= 31 else torch.int64
+        # K- and d-sized, derived from the config, so not saved in checkpoints.
+        self.register_buffer(
+            "bit_shifts", torch.empty(self.num_bits, dtype=self.code_dtype), persistent=False
+        )
         self.register_buffer("lift_index", torch.empty(d_model, dtype=torch.int64), persistent=False)
         self.register_fixed_buffers()
         self.reset_buffers()
@@ -97,22 +108,29 @@ class FixedCode(nn.Module):
 
     def reset_buffers(self) -> None:
         """(Re)compute the fixed buffers, e.g. after ``to_empty`` on a model built on the meta device."""
+        self.bit_shifts.copy_(self.packed_bit_of_code_bit())
         self.lift_index.copy_(lift_index(self.num_bits, self.d_model, self.config.lift))
 
-    def code_bits(self, ids: torch.Tensor) -> torch.Tensor:
-        """The K-bit code of each id (int64 0/1, shape ids.shape + (K,))."""
-        return ids_to_bits(ids, self.num_bits, self.config.bit_order)
+    def packed_bit_of_code_bit(self) -> torch.Tensor:
+        """Where code-vector bit j sits in the integer returned by ``packed_code``."""
+        return id_bit_of_code_bit(self.num_bits, self.config.bit_order)
+
+    def packed_code(self, ids: torch.Tensor) -> torch.Tensor:
+        """An integer per id holding its K-bit code (for the canonical code: the id itself)."""
+        return ids
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.vocab_size)
-        values = self.code_bits(ids).to(torch.get_default_dtype())
+        code = self.packed_code(ids).to(self.code_dtype)
+        bits = ((code.unsqueeze(-1) >> self.bit_shifts) & 1).to(torch.get_default_dtype())
         if self.config.values == "pm1":
-            values = values * 2 - 1
-        return values[..., self.lift_index]
+            bits = bits * 2 - 1
+        lifted = torch.index_select(bits.reshape(-1, self.num_bits), 1, self.lift_index)
+        return lifted.view(*ids.shape, self.d_model)
 
 
 def lift_index(k: int, d_model: int, lift: str) -> torch.Tensor:
-    """Which code bit feeds each of the d input dimensions."""
+    """Which code-vector bit feeds each of the d input dimensions."""
     positions = torch.arange(d_model, device="cpu")
     if lift == "tile":
         return positions % k
@@ -129,30 +147,41 @@ class CanonicalCode(FixedCode):
 class AffineCode(FixedCode):
     """The canonical code recoded by a fixed random invertible affine map over GF(2).
 
-    A (K×K) and b (K) are persistent, non-trainable buffers, so a checkpoint reloads the exact map;
-    loading a singular A is refused (``_load_from_state_dict``).
+    A (K×K) and b (K) are persistent, non-trainable buffers, so a checkpoint reloads the exact map; loading a
+    singular A is refused. The map is applied to integer ids through ⌈K/8⌉ byte tables of 256 entries derived
+    from (A, b) (``codes.affine_id_tables``), rebuilt whenever A or b change.
     """
 
     def register_fixed_buffers(self) -> None:
         k = self.num_bits
         self.register_buffer("affine_matrix", torch.empty(k, k, dtype=torch.int64))
         self.register_buffer("affine_offset", torch.empty(k, dtype=torch.int64))
+        self.register_buffer("id_tables", torch.empty((k + 7) // 8, 256, dtype=torch.int64), persistent=False)
 
     def reset_buffers(self) -> None:
-        super().reset_buffers()
         affine = AffineMap.from_seed(self.num_bits, self.config.affine_seed)
         self.affine_matrix.copy_(affine.matrix)
         self.affine_offset.copy_(affine.offset)
+        super().reset_buffers()
+        self._rebuild_tables()
+
+    def _rebuild_tables(self) -> None:
+        if self.affine_matrix.device.type != "meta":
+            self.id_tables.copy_(affine_id_tables(self.affine_map, self.config.bit_order))
 
     @property
     def affine_map(self) -> AffineMap:
         return AffineMap(self.affine_matrix, self.affine_offset)
 
-    def code_bits(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.affine_map.encode(super().code_bits(ids))
+    def packed_bit_of_code_bit(self) -> torch.Tensor:
+        return torch.arange(self.num_bits, device="cpu")  # the tables pack code bit i at integer bit i
+
+    def packed_code(self, ids: torch.Tensor) -> torch.Tensor:
+        return affine_encode_ids(ids, self.id_tables)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # type: ignore[no-untyped-def]
         matrix, offset = state_dict.get(prefix + "affine_matrix"), state_dict.get(prefix + "affine_offset")
         if matrix is not None and offset is not None and matrix.device.type != "meta":
             AffineMap.from_tensors(matrix.to(torch.int64), offset.to(torch.int64))  # raises if singular
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._rebuild_tables()
