@@ -408,7 +408,7 @@ def write_sweep_config(config: CompareConfig, out: Path) -> None:
     data = to_dict(config)
     data["resolved_recipe"] = base_recipe(config)
     if path.exists():
-        previous = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        previous = load_yaml(path)
         if "resolved_recipe" in previous and previous["resolved_recipe"] != data["resolved_recipe"]:
             raise ValueError(
                 f"{out} holds a sweep with a different training recipe (see resolved_recipe in {path}); runs "

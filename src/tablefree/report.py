@@ -26,6 +26,7 @@ import yaml
 from tablefree import stats
 from tablefree.checkpoint import read_json as read_json_file
 from tablefree.checkpoint import write_json_atomic, write_text_atomic
+from tablefree.config import load_yaml
 
 # One colour per interface in every figure (the Tableau palette's first three).
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}
@@ -107,7 +108,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def sweep_config(sweep_dir: Path) -> dict[str, Any]:
     path = sweep_dir / "compare.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return load_yaml(path) if path.exists() else {}
 
 
 def find_runs(sweep_dir: str | Path) -> list[Run]:
@@ -373,7 +374,7 @@ def _train_config(runs: list[Run]) -> dict[str, Any] | None:
     for run in runs:
         path = run.directory / "config.yaml"
         if path.exists():
-            return yaml.safe_load(path.read_text(encoding="utf-8"))
+            return load_yaml(path)
     return None
 
 

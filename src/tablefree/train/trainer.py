@@ -36,7 +36,7 @@ import yaml
 from tqdm import tqdm
 
 from tablefree.checkpoint import META_FILE, read_json, write_json_atomic, write_text_atomic
-from tablefree.config import ModelConfig, to_dict
+from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.model import build_model
 from tablefree.params import param_breakdown
@@ -559,7 +559,7 @@ def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manife
     saved_path = run_dir / CONFIG_FILE
     if not saved_path.exists():
         return
-    saved = yaml.safe_load(saved_path.read_text(encoding="utf-8"))
+    saved = load_yaml(saved_path)
     current = to_dict(config)
     for key in ("model", "seed", "batch_tokens", "seq_len", "data"):
         if saved.get(key) != current.get(key):
