@@ -30,7 +30,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import shutil
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -41,7 +40,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
-from tablefree.data.loader import MANIFEST
+from tablefree.data.loader import MANIFEST, read_manifest
 from tablefree.data.shards import version_for_vocab, write_shard
 from tablefree.data.tokenizer import (
     check_tokenizer,
@@ -590,22 +589,10 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
     }
 
 
-def copy_tokenizer(data_dir: str | Path, destination: str | Path) -> None:
-    """Copy a dataset's tokenizer.json (e.g. into a checkpoint)."""
-    shutil.copyfile(Path(data_dir) / TOKENIZER_FILE, destination)
-
-
 def check_dataset_tokenizer(data_dir: str | Path, tokenizer: str | Path | Tokenizer) -> None:
     """Raise a ValueError when ``tokenizer`` is not the one the dataset in ``data_dir`` was prepared with."""
-    manifest = json.loads((Path(data_dir) / MANIFEST).read_text(encoding="utf-8"))
+    manifest = read_manifest(data_dir)
     check_tokenizer(manifest["tokenizer_hash"], tokenizer, f"the dataset {data_dir}")
-
-
-def dataset_tokenizer(data_dir: str | Path) -> Tokenizer:
-    """The dataset's own tokenizer.json, checked against the manifest's hash."""
-    tokenizer = load_tokenizer(Path(data_dir) / TOKENIZER_FILE)
-    check_dataset_tokenizer(data_dir, tokenizer)
-    return tokenizer
 
 
 def adopt_shards(
