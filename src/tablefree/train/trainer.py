@@ -394,9 +394,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
             progress.update(1)
 
             if config.val_every and step % config.val_every == 0 and step < run_plan.total_steps:
-                last_val_loss = validation_loss(
-                    train_model, val_loader, config.val_batches, run_plan, device, autocast
-                )
+                last_val_loss = validation_loss(train_model, val_loader, config.val_batches, device, autocast)
                 metrics.write({"step": step, "tokens": tokens_seen, "val_loss": last_val_loss})
 
             stopping = any_rank(stop.requested is not None, device)
@@ -417,9 +415,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
     completed = step >= run_plan.total_steps and stop_reason == "completed"
     resumed_finished_run = checkpoint is not None and step == start_step and last_val_loss is not None
     if completed and not resumed_finished_run:
-        last_val_loss = validation_loss(
-            train_model, val_loader, config.val_batches, run_plan, device, autocast
-        )
+        last_val_loss = validation_loss(train_model, val_loader, config.val_batches, device, autocast)
         metrics.write({"step": step, "tokens": tokens_seen, "val_loss": last_val_loss})
         if saved_at != step:
             save(step)
@@ -458,7 +454,6 @@ def validation_loss(
     model: torch.nn.Module,
     loader: TokenLoader,
     val_batches: int,
-    run_plan: Any,
     device: torch.device,
     autocast: Any,
 ) -> float:
