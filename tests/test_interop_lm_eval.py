@@ -23,10 +23,11 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from interop_support import make_checkpoint  # noqa: E402
+from interop_support import make_checkpoint, make_tokenizer  # noqa: E402
 from tablefree.checkpoint import read_model_config, resolve_checkpoint  # noqa: E402
 from tablefree.cli import main  # noqa: E402
-from tablefree.config import from_dict  # noqa: E402
+from tablefree.config import ModelConfig, from_dict  # noqa: E402
+from tablefree.data.tokenizer import load_tokenizer  # noqa: E402
 from tablefree.evaluate import run_eval  # noqa: E402
 from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device, write_local_tasks  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
@@ -218,6 +219,17 @@ def test_device_falls_back_to_cpu_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_device("cuda:1") == "cuda:1"
     assert resolve_device(None) == "cuda"
+
+
+def test_adapter_refuses_a_tokenizer_other_than_the_checkpoints(tmp_path):
+    """As `tablefree eval` does: scores from another tokenizer's ids would be meaningless."""
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=2, d_ff=64, max_seq_len=32)
+    own = make_tokenizer(tmp_path / "own.json", vocab_size=300, texts=["alpha beta gamma " * 50])
+    other = make_tokenizer(tmp_path / "other.json", vocab_size=300, texts=["delta epsilon zeta " * 50])
+    make_checkpoint(tmp_path / "ck", config, own)
+    assert TablefreeLMEval(checkpoint=str(tmp_path / "ck")).tokenizer.to_str() == load_tokenizer(own).to_str()
+    with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
+        TablefreeLMEval(checkpoint=str(tmp_path / "ck"), tokenizer=str(other))
 
 
 @pytest.fixture(scope="module")

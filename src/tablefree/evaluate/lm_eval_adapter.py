@@ -33,8 +33,9 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from tablefree.checkpoint import TOKENIZER_FILE, load_model, write_text_atomic
-from tablefree.data.tokenizer import eot_id, load_tokenizer
+from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
+from tablefree.evaluate.evaluator import checked_tokenizer
 from tablefree.evaluate.tasks import get_task, load_docs
 from tablefree.generate import generate
 
@@ -72,11 +73,9 @@ class TablefreeLMEval(TemplateLM):
         device = resolve_device(device)
         self.model, self.checkpoint = load_model(checkpoint, device=device)
         self.model.to(DTYPES[dtype])
-        tokenizer_path = Path(tokenizer) if tokenizer else self.checkpoint / TOKENIZER_FILE
-        if not tokenizer_path.exists():
-            raise FileNotFoundError(f"{tokenizer_path}: tokenizer not found (pass model_args tokenizer=PATH)")
-        self.tokenizer = load_tokenizer(tokenizer_path)
-        self._tokenizer_path = tokenizer_path
+        # the same check as `tablefree eval`: a tokenizer other than the checkpoint's is refused
+        self.tokenizer, _ = checked_tokenizer(self.checkpoint, tokenizer)
+        self._tokenizer_path = Path(tokenizer) if tokenizer else self.checkpoint / TOKENIZER_FILE
         self._eot_token_id = eot_id(self.tokenizer)
         self._batch_size = _parse_batch_size(batch_size, max_batch_size)
         self._max_length = int(max_length or self.model.config.max_seq_len)
