@@ -266,7 +266,7 @@ def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, lo
         raise
     except Exception as error:  # a failed run must not sink the sweep
         message = f"{type(error).__name__}: {error}"
-        (run.directory / RUN_FILES["error"]).write_text(traceback.format_exc(), encoding="utf-8")
+        write_text_atomic(run.directory / RUN_FILES["error"], traceback.format_exc())
         status.update(state="failed", error=message, finished=_now())
         write_json_atomic(run.directory / RUN_FILES["status"], status)
         log(f"{prefix}: FAILED ({message}); traceback in {run.directory / RUN_FILES['error']}")
