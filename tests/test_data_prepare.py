@@ -289,7 +289,7 @@ def test_crash_between_shard_and_journal(jsonl_corpus, tokenizer_path, tmp_path,
     root, _ = jsonl_corpus
     kwargs = dict(tokenizer=tokenizer_path, workers=1, shard_tokens=700, val_fraction=0.2, progress=False)
     reference = prepare_dataset(root, tmp_path / "reference", **kwargs)
-    real_write = prepare._write_json_atomic
+    real_write = prepare.write_json_atomic
     calls = []
 
     def crash_on_second_journal(path, data):
@@ -298,10 +298,10 @@ def test_crash_between_shard_and_journal(jsonl_corpus, tokenizer_path, tmp_path,
             raise KeyboardInterrupt  # stands in for the kill: the first shard exists, unjournalled
         real_write(path, data)
 
-    monkeypatch.setattr(prepare, "_write_json_atomic", crash_on_second_journal)
+    monkeypatch.setattr(prepare, "write_json_atomic", crash_on_second_journal)
     with pytest.raises(KeyboardInterrupt):
         prepare_dataset(root, tmp_path / "out", **kwargs)
-    monkeypatch.setattr(prepare, "_write_json_atomic", real_write)
+    monkeypatch.setattr(prepare, "write_json_atomic", real_write)
     assert (tmp_path / "out/train_000000.bin").exists()
     assert json.loads((tmp_path / "out" / STATE_FILE).read_text())["splits"]["train"]["shards"] == []
     assert prepare_dataset(root, tmp_path / "out", **kwargs)["splits"] == reference["splits"]

@@ -14,7 +14,6 @@ Training adds its own state next to these (see ``tablefree.train.checkpointing``
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tablefree.config import ModelConfig, from_dict, to_dict
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
 from tablefree.model import TablefreeLM
 
 COMPLETE_MARKER = "COMPLETE"
@@ -31,31 +31,6 @@ MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 META_FILE = "meta.json"
 TOKENIZER_FILE = "tokenizer.json"
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a synced temp file and a rename: a reader (or a crash) never sees a
-    half-written file that looks whole. The one way tablefree writes its text outputs."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def read_json(path: str | Path) -> Any:
-    """A JSON file; malformed JSON is a ValueError that names the file and line."""
-    path = Path(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -52,6 +52,7 @@ from tablefree.data.tokenizer import (
     tokenizer_hash,
     train_tokenizer_from_texts,
 )
+from tablefree.fileio import write_json_atomic
 
 MANIFEST_VERSION = 1
 STATE_FILE = ".prepare-state.json"
@@ -297,16 +298,6 @@ class SplitWriter:
         on_shard()
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
 def _valid_prefix(out_dir: Path, saved: dict) -> dict:
     """The journalled state of a split, cut back to its last shard that is on disk and intact."""
     good = 0
@@ -410,7 +401,7 @@ def prepare_dataset(
     }
 
     def journal() -> None:
-        _write_json_atomic(
+        write_json_atomic(
             out_dir / STATE_FILE,
             {
                 "fingerprint": fingerprint,
@@ -427,7 +418,7 @@ def prepare_dataset(
             writer.finish(journal)
 
     manifest = _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus)
-    _write_json_atomic(out_dir / MANIFEST, manifest)
+    write_json_atomic(out_dir / MANIFEST, manifest)
     (out_dir / STATE_FILE).unlink(missing_ok=True)
     return manifest
 
@@ -641,5 +632,5 @@ def adopt_shards(
         "sources": [{"adopted": s["file"]} for split in splits.values() for s in split["shards"]],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    _write_json_atomic(data_dir / MANIFEST, manifest)
+    write_json_atomic(data_dir / MANIFEST, manifest)
     return manifest
