@@ -30,3 +30,16 @@ def test_resolve_checkpoint_takes_the_newest_complete_step(tmp_path: Path) -> No
     assert resolve_checkpoint(tmp_path).name == "step_00000002"
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
         resolve_checkpoint(tmp_path / "checkpoints" / "step_00000003")
+
+
+def test_unusable_device_is_a_clear_error(monkeypatch) -> None:
+    import torch
+
+    from tablefree.checkpoint import usable_device
+
+    assert usable_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="'bogus': not a torch device"):
+        usable_device("bogus")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
+        usable_device("cuda:1")

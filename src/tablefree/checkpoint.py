@@ -98,8 +98,23 @@ def read_model_config(checkpoint: str | Path) -> ModelConfig:
     return from_dict(ModelConfig, config["model"], where=f"{directory / CONFIG_FILE}:model")
 
 
+def usable_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device; a ValueError (not a deep torch traceback) when it is malformed or its
+    backend is absent on this machine."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device {device!r}: not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device}: CUDA is not available on this machine (use cpu)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device}: MPS is not available on this machine (use cpu)")
+    return device
+
+
 def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tuple[TablefreeLM, Path]:
     """Load a model for inference: (model in eval mode, the resolved checkpoint directory)."""
+    device = usable_device(device)
     directory = resolve_checkpoint(checkpoint)
     config = read_model_config(directory)
     with torch.device("meta"):
