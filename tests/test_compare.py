@@ -191,3 +191,14 @@ def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:
     changed.train = {**RECIPE, "budget": "16 steps"}
     with pytest.raises(ValueError, match="different training recipe"):
         write_sweep_config(changed, tmp_path)
+
+
+def test_read_jsonl_drops_only_a_torn_last_line(tmp_path: Path) -> None:
+    from tablefree.report import read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"st')
+    assert read_jsonl(path) == [{"step": 1}, {"step": 2}]
+    path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: malformed JSON line"):
+        read_jsonl(path)

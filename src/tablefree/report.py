@@ -91,18 +91,23 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSONL file ([] when it does not exist). A malformed last line is a record torn by an
+    interrupted run and is dropped; a malformed line anywhere else is an error naming the file and line."""
     if not path.exists():
         return []
+    numbered = [
+        (number, line)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if line.strip()
+    ]
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    if number > 1:  # a torn last line from an interrupted run; earlier lines are whole
-                        continue
-                    raise ValueError(f"{path}:{number}: malformed JSON line") from None
+    for index, (number, line) in enumerate(numbered):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index > 0 and index == len(numbered) - 1:
+                continue
+            raise ValueError(f"{path}:{number}: malformed JSON line") from None
     return rows
 
 
