@@ -43,3 +43,4 @@ def test_unusable_device_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
         usable_device("cuda:1")
+    assert usable_device("auto") == torch.device("cpu")

@@ -99,8 +99,10 @@ def read_model_config(checkpoint: str | Path) -> ModelConfig:
 
 
 def usable_device(device: str | torch.device) -> torch.device:
-    """``device`` as a torch.device; a ValueError (not a deep torch traceback) when it is malformed or its
-    backend is absent on this machine."""
+    """``device`` as a torch.device (``auto``: cuda when available, else cpu); a ValueError (not a deep torch
+    traceback) when it is malformed or its backend is absent on this machine."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError):

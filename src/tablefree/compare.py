@@ -336,7 +336,7 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
     common = dict(
         data_dir=spec.data_dir,
         batch_size=spec.batch_size,
-        device=eval_device(spec.device),
+        device=spec.device,  # load_model resolves "auto"
         val_data=run.recipe["data"]["dir"],
         progress=sys.stderr.isatty(),
     )
@@ -358,14 +358,6 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
     results.update(limit=spec.limit, val_limit=spec.val_limit)
     write_json_atomic(run.directory / RUN_FILES["eval"], results)
     return results
-
-
-def eval_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def prepare_data(config: CompareConfig, log=print) -> None:

@@ -44,7 +44,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tokenizer", default=None, help="tokenizer.json to use (must match the checkpoint's)"
     )
-    parser.add_argument("--device", default="cpu", help="torch device (default: %(default)s)")
+    parser.add_argument(
+        "--device", default="cpu", help="torch device, or auto for cuda when available (default: %(default)s)"
+    )
     parser.add_argument(
         "--bootstrap-iters",
         type=int,

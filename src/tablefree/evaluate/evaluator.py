@@ -90,7 +90,7 @@ def run_eval(
         "eval_data": str(eval_data_dir(data_dir)),
         "limit": limit,
         "batch_size": batch_size,
-        "device": str(device),
+        "device": str(next(model.parameters()).device),
         "bootstrap_iters": bootstrap_iters,
         "semantics": LM_EVAL_SEMANTICS,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
