@@ -13,15 +13,26 @@ from pathlib import Path
 from typing import Any
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a synced temp file and a rename."""
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a synced temp file and a rename; the temp file is removed on error."""
     path = Path(path)
+    # .NAME.tmp.PID: the pattern prepare's restart cleanup removes after a kill; open() (unlike mkstemp)
+    # gives the file the usual umask permissions
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a synced temp file and a rename."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from tablefree.fileio import write_bytes_atomic
 
 _HF = "https://huggingface.co/datasets"
 
@@ -150,7 +150,8 @@ def download_evals(
                 f"{url}: sha256 mismatch for {entry.path}: got {actual}, expected {entry.sha256} "
                 "(a corrupted or changed file; nothing was written)"
             )
-        write_atomic(target, data)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(target, data)
         done.append(target)
     return done
 
@@ -181,17 +182,3 @@ def parquet_to_jsonl(data: bytes, where: str) -> bytes:
 
 def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
