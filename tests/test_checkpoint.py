@@ -44,3 +44,17 @@ def test_unusable_device_is_a_clear_error(monkeypatch) -> None:
     with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
         usable_device("cuda:1")
     assert usable_device("auto") == torch.device("cpu")
+
+
+def test_staged_directory_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    from tablefree.fileio import staged_directory
+
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with staged_directory(target) as staging:
+            (staging / "half.txt").write_text("x")
+            raise RuntimeError("killed half way")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    with staged_directory(target) as staging:
+        (staging / "whole.txt").write_text("x")
+    assert [p.name for p in target.iterdir()] == ["whole.txt"]

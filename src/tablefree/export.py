@@ -21,9 +21,7 @@ Python API: ``export_hf(checkpoint, out_dir)``, ``import_hf(hf_dir, out_checkpoi
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ from tablefree.checkpoint import (
 from tablefree.codes import AffineMap
 from tablefree.config import InterfaceConfig, ModelConfig, from_dict, to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
+from tablefree.fileio import staged_directory
 from tablefree.interfaces import build_interface
 from tablefree.model import TablefreeLM
 
@@ -267,20 +266,12 @@ def export_hf(
         "tokenizer_hash": meta.get("tokenizer_hash"),
     }
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as staging:
         save_file(state, str(staging / HF_WEIGHTS), metadata={"format": "pt"})
         write_json_atomic(staging / "config.json", hf_config)
         write_json_atomic(staging / "generation_config.json", generation_config(special))
         write_tokenizer_files(staging, tokenizer_file, config.max_seq_len)
         (staging / "README.md").write_text(model_card(model, architecture, source, meta), encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out_dir
 
 
@@ -478,21 +469,9 @@ def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool
         "model_type": model_type,
         **{k: metadata[k] for k in ("step", "tokens_seen", "tokenizer_hash") if metadata.get(k) is not None},
     }
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_checkpoint.name}.tmp-", dir=_parent(out_checkpoint)))
-    try:
+    with staged_directory(out_checkpoint) as staging:
         save_model(staging, model, meta=meta, tokenizer_path=tokenizer if tokenizer.exists() else None)
-        if out_checkpoint.exists():
-            shutil.rmtree(out_checkpoint)
-        os.replace(staging, out_checkpoint)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out_checkpoint
-
-
-def _parent(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.parent
 
 
 def _load_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:

@@ -7,8 +7,11 @@ evaluation and the reports all write through here; ``tablefree.checkpoint`` re-e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,22 @@ def read_json(path: str | Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
+
+
+@contextlib.contextmanager
+def staged_directory(path: str | Path) -> Iterator[Path]:
+    """Build a directory under a hidden temporary name (``.NAME.tmp.PID``, usual permissions) and rename it
+    into place whole when the block succeeds, replacing what was at ``path``; on an error it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        yield staging
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
