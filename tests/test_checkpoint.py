@@ -50,10 +50,9 @@ def test_staged_directory_appears_whole_or_not_at_all(tmp_path: Path) -> None:
     from tablefree.fileio import staged_directory
 
     target = tmp_path / "out"
-    with pytest.raises(RuntimeError):
-        with staged_directory(target) as staging:
-            (staging / "half.txt").write_text("x")
-            raise RuntimeError("killed half way")
+    with pytest.raises(RuntimeError), staged_directory(target) as staging:
+        (staging / "half.txt").write_text("x")
+        raise RuntimeError("killed half way")
     assert not target.exists() and list(tmp_path.iterdir()) == []
     with staged_directory(target) as staging:
         (staging / "whole.txt").write_text("x")
