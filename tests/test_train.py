@@ -217,3 +217,15 @@ def test_metrics_go_to_tensorboard_when_it_is_installed(monkeypatch, data_dir, t
     assert [(s, v) for tag, s, v in scalars if tag == "train_loss"] == list(losses.items())
     assert any(tag == "val_loss" for tag, _, _ in scalars)
     assert scalars[-1] == ("closed", str(tmp_path / "run" / "tensorboard"), None)
+
+
+def test_truncate_metrics_forgives_only_a_torn_last_line(tmp_path) -> None:
+    from tablefree.train.trainer import truncate_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"ste')
+    truncate_metrics(path, after_step=2)
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:2"):
+        truncate_metrics(path, after_step=5)

@@ -539,11 +539,14 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     if not path.exists():
         return
     kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, start=1):
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:  # a line cut short by a kill
-            continue
+        except json.JSONDecodeError as error:
+            if number == len(lines):  # only the last line can be cut short by a kill
+                continue
+            raise ValueError(f"{path}:{number}: not a JSON record ({error})") from error
         if record.get("step", 0) <= after_step:
             kept.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in kept))
