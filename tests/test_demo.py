@@ -61,7 +61,8 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     lines: list[str] = []
     result = demo.run_demo(corpus=corpus, out=tmp_path / "demo", log=lines.append)
 
-    assert result["runs"] == {"learned-s0": "done", "canonical-s0": "done", "affine-s0": "done"}
+    # two seeds by default, so the report's differences get intervals
+    assert result["runs"] == {f"{i}-s{s}": "done" for i in ("learned", "canonical", "affine") for s in (0, 1)}
     assert len(result["summary"]) == 3
     assert result["summary"][0].startswith("validation loss") and "affine" in result["summary"][0]
     assert "canonical" in result["summary"][1] and "%" in result["summary"][1]

@@ -205,7 +205,7 @@ def run_demo(
             "train": recipe,
             "dataset": {"dir": str(data_dir)},
             "interfaces": ["learned", "canonical", "affine"],
-            "seeds": seeds or [0],
+            "seeds": seeds or [0, 1],
             "eval": {
                 "tasks": ["validation", *benchmarks],
                 "data_dir": str(eval_data) if eval_data else None,
