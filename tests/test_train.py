@@ -157,6 +157,9 @@ def test_malicious_pickle_is_refused_and_never_runs(data_dir, tmp_path) -> None:
     state["loader"] = WritesAFile(str(marker))
     with open(checkpoint / checkpointing.TRAIN_STATE_FILE, "wb") as handle:
         pickle.dump(state, handle, protocol=2)
+    # with its digest recorded, as an attacker who rewrote COMPLETE too would (else the digest refuses it)
+    complete = {"complete": True, "sha256": checkpointing.file_digests(checkpoint)}
+    (checkpoint / "COMPLETE").write_text(json.dumps(complete))
     with pytest.raises(ValueError, match="refused to load"):
         checkpointing.load_train_state(checkpoint)
     with pytest.raises(ValueError, match="refused to load"):
@@ -196,10 +199,11 @@ def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_
     assert {f.name for f in dataclasses.fields(trainer.TrainState)} <= saved.keys()
     assert "schedule" not in saved and "world_size" not in saved  # never read, so no longer written
     assert saved["step"] == 2 and saved["best_val_loss"] == saved["last_val_loss"] is not None
-    # a checkpoint written before the state was explicit carries both keys: it still resumes
+    # a checkpoint written before the state was explicit carries both keys (and no digests): it still resumes
     saved.update(schedule={"name": "cosine", "step": 2}, world_size=1)
-    del saved["best_val_loss"]
+    del saved["best_val_loss"], saved["skipped_steps"]
     torch.save(saved, path)
+    (path.parent / "COMPLETE").write_text('{"complete": true}')
     summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True)
     assert summary["completed"] and summary["step"] == 3
 

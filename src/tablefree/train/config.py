@@ -154,6 +154,7 @@ class TrainConfig:
     val_batches: int = 20  # micro-batches of the val split per validation
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
+    on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
 
     def __post_init__(self) -> None:
         self.budget = str(self.budget)
@@ -165,6 +166,10 @@ class TrainConfig:
                 f"precision: expected auto|fp32|bf16, got {self.precision!r}",
             ),
             (self.parallel in ("ddp", "fsdp"), f"parallel: expected ddp|fsdp, got {self.parallel!r}"),
+            (
+                self.on_nonfinite in ("stop", "skip"),
+                f"on_nonfinite: expected stop|skip, got {self.on_nonfinite!r}",
+            ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),
             (self.seq_len is None or self.seq_len > 0, "seq_len: must be > 0"),

@@ -21,6 +21,7 @@ Nothing else draws random numbers, so a resumed fp32 CPU run reproduces an unint
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -40,7 +41,7 @@ from tqdm import tqdm
 from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
-from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.fileio import write_json_atomic, write_text_atomic
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing
@@ -76,7 +77,8 @@ CPU_FLOPS_PER_CORE_GUESS = 100e9
 
 
 class NonFiniteLossError(ValueError):
-    """The training loss became NaN or infinite; the run stopped before updating the model."""
+    """The training loss or gradient norm became NaN or infinite, and the run stopped before updating the
+    model; or the weights did, and no checkpoint was written."""
 
     def __init__(self, message: str, stop_reason: str = "non-finite loss") -> None:
         super().__init__(message)
@@ -147,10 +149,12 @@ def train(config: TrainConfig, run_dir: str | Path, resume: bool = False) -> dic
     ``resume=True`` continues from the newest complete checkpoint in ``run_dir`` (or starts afresh when there
     is none). Launched under torchrun, the processes share the work with DDP or FSDP2 (``config.parallel``).
     """
+    run_dir = Path(run_dir)
     owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = init_distributed(config.device, force_process_group=config.parallel == "fsdp")
     try:
-        return Trainer(config, Path(run_dir), resume, info).run()
+        with RunDirLock(run_dir, info):
+            return Trainer(config, run_dir, resume, info).run()
     finally:
         if owns_process_group:  # leave a caller's process group alone
             destroy_distributed()
@@ -168,14 +172,24 @@ class TrainState:
     last_train_loss: float | None = None
     last_val_loss: float | None = None
     best_val_loss: float | None = None
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient norm (on_nonfinite: skip)
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_state_dict(cls, saved: dict[str, Any]) -> TrainState:
-        """The fields this version knows; keys of older checkpoints (``schedule``, ``world_size``) are ignored."""
-        return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+    def from_state_dict(cls, saved: dict[str, Any], where: str = "train state") -> TrainState:
+        """The fields this version knows (keys of older checkpoints, ``schedule`` and ``world_size``, are
+        ignored); a field of the wrong type is a CheckpointError naming ``where``."""
+        values = {f.name: saved[f.name] for f in fields(cls) if f.name in saved}
+        for name, value in values.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            integer = name in ("step", "tokens_seen", "skipped_steps")
+            if not (number and (not integer or isinstance(value, int))) and not (
+                value is None and not integer
+            ):
+                raise checkpointing.CheckpointError(f"{where}: field {name!r} has the wrong type ({value!r})")
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -186,6 +200,7 @@ class StepResult:
     grad_norm: float
     lr: float
     seconds: float
+    skipped: bool = False  # the update was skipped (non-finite loss or gradient norm, on_nonfinite: skip)
 
 
 class Trainer:
@@ -208,11 +223,10 @@ class Trainer:
         self.peak_flops = peak_flops_per_device(self.device, config.peak_flops)
         self.tokenizer_path = self.data_dir / self.manifest.get("tokenizer_file", "tokenizer.json")
 
-        self.resumed_from = self._check_run_dir(resume)
+        self._check_run_dir(resume)
         self._build_model_and_data()
         self.state = TrainState()
-        if self.resumed_from is not None:
-            self._load_checkpoint(self.resumed_from)
+        self.resumed_from = self._resume() if resume else None
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
         self.saved_at = -1
@@ -220,18 +234,16 @@ class Trainer:
 
     # ---- setup
 
-    def _check_run_dir(self, resume: bool) -> Path | None:
-        """The checkpoint to resume from (None: a fresh start); a fresh run must not overwrite another run."""
+    def _check_run_dir(self, resume: bool) -> None:
+        """A fresh run must not overwrite another run; a resumed one must keep its experiment."""
         run_dir = self.run_dir
-        checkpoint = checkpointing.latest_checkpoint(run_dir) if resume else None
         if not resume and ((run_dir / METRICS_FILE).exists() or checkpointing.complete_checkpoints(run_dir)):
             raise FileExistsError(
                 f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
             )
-        if checkpoint is not None:
-            check_resumable(run_dir, checkpoint, self.config, self.manifest)
+        if resume:
+            check_resumable(run_dir, self.config)
         barrier()  # every process has checked before rank 0 writes anything
-        return checkpoint
 
     def _build_model_and_data(self) -> None:
         config, info = self.config, self.info
@@ -263,14 +275,35 @@ class Trainer:
             else contextlib.nullcontext()
         )
 
-    def _load_checkpoint(self, checkpoint: Path) -> None:
-        saved = checkpointing.load_train_state(checkpoint)
-        checkpointing.restore(
-            self.train_model, self.optimizer, checkpointing.load_model_state(checkpoint), saved["optimizer"]
-        )
-        checkpointing.set_rng_state(saved["rng"])
-        self.train_loader.load_state_dict(saved["loader"])
-        self.state = TrainState.from_state_dict(saved)
+    def _resume(self) -> Path | None:
+        """Restore the newest checkpoint that loads; a damaged newer one is skipped (and set aside) with the
+        reason said. None when the run has no checkpoint yet; a CheckpointError when none loads."""
+        skipped: list[tuple[Path, Exception]] = []
+        for checkpoint in reversed(checkpointing.complete_checkpoints(self.run_dir)):
+            try:
+                check_tokenizer(checkpoint, self.manifest, self.data_dir)
+                saved = checkpointing.load_for_resume(
+                    checkpoint, self.train_model, self.optimizer, self.train_loader
+                )
+                self.state = TrainState.from_state_dict(
+                    saved, where=str(checkpoint / checkpointing.TRAIN_STATE_FILE)
+                )
+            except checkpointing.CheckpointError as error:
+                skipped.append((checkpoint, error))
+                if self.info.is_main:
+                    print(f"--resume: skipping {checkpoint.name}: {error}", flush=True)
+                continue
+            barrier()  # every process has loaded before rank 0 moves anything
+            if self.info.is_main:
+                for damaged, _ in skipped:
+                    print(f"--resume: {damaged.name} moved to {checkpointing.set_aside(damaged)}", flush=True)
+            return checkpoint
+        if skipped:
+            reasons = "\n".join(f"  {checkpoint.name}: {error}" for checkpoint, error in skipped)
+            raise checkpointing.CheckpointError(
+                f"--resume: no checkpoint in {self.run_dir / checkpointing.CHECKPOINTS_DIR} can be loaded:\n{reasons}"
+            )
+        return None
 
     def _write_run_files(self) -> None:
         """config.yaml, metrics.jsonl cut back to the resumed step, and the run's description."""
@@ -383,37 +416,68 @@ class Trainer:
                 loss = next_token_loss(self.train_model(inputs), targets)
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
-        train_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).item()
-
-        if not math.isfinite(train_loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            last = checkpointing.latest_checkpoint(self.run_dir)
-            raise NonFiniteLossError(
-                f"step {step}: the training loss is {train_loss}; stopped without updating the model. "
-                + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
-                stop_reason=f"non-finite loss at step {step}",
-            )
-
+        mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum)
         max_norm = self.config.optim.grad_clip if self.config.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.train_model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
-        self.optimizer.step()
+        # one host sync for both numbers; both are checked before the update touches the weights
+        train_loss, norm = torch.stack([mean_loss.float(), grad_norm.float().to(mean_loss.device)]).tolist()
+
+        finite = math.isfinite(train_loss) and math.isfinite(norm)
+        if finite:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if not finite:
+            self._non_finite(step, train_loss, norm)
 
         seconds = time.perf_counter() - step_start
         state.step = step
         state.tokens_seen += run_plan.tokens_per_step
         state.train_time_s += seconds
-        state.last_train_loss = train_loss
-        return StepResult(loss=train_loss, grad_norm=float(grad_norm), lr=lr, seconds=seconds)
+        if finite:
+            state.last_train_loss = train_loss
+        else:
+            state.skipped_steps += 1
+        return StepResult(loss=train_loss, grad_norm=norm, lr=lr, seconds=seconds, skipped=not finite)
+
+    def _non_finite(self, step: int, loss: float, grad_norm: float) -> None:
+        """A NaN/inf loss or gradient norm (the update was not applied): stop (the default), or with
+        ``on_nonfinite: skip`` say so and go on to the next batch."""
+        what = (
+            f"the training loss is {loss}"
+            if not math.isfinite(loss)
+            else f"the gradient norm is {grad_norm} (training loss {loss:.4f})"
+        )
+        if self.config.on_nonfinite == "skip":
+            if self.info.is_main:
+                print(f"step {step}: {what}; update skipped (on_nonfinite: skip)", flush=True)
+            return
+        last = checkpointing.latest_checkpoint(self.run_dir)
+        raise NonFiniteLossError(
+            f"step {step}: {what}; stopped without updating the model. "
+            + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet.")
+            + " (on_nonfinite=skip skips such updates instead.)",
+            stop_reason=f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step}",
+        )
 
     def log_step(self, result: StepResult) -> None:
         """A metrics record and a progress line every ``log_every`` steps (and at the last step)."""
         state, total_steps = self.state, self.plan.total_steps
         self.interval_s += result.seconds
         self.interval_steps += 1
-        if state.step % self.config.log_every == 0 or state.step == total_steps:
+        if result.skipped:  # always recorded, without a train_loss (readers of train_loss see only updates)
+            self.metrics.write(
+                {
+                    "step": state.step,
+                    "tokens": state.tokens_seen,
+                    "skipped_update": "non-finite loss or gradient norm",
+                    "loss": result.loss,
+                    "grad_norm": result.grad_norm,
+                    "lr": result.lr,
+                }
+            )
+        elif state.step % self.config.log_every == 0 or state.step == total_steps:
             tokens_per_s = self.interval_steps * self.plan.tokens_per_step / max(self.interval_s, 1e-9)
             mfu = self.flops_per_token * tokens_per_s / (self.peak_flops * self.info.world_size)
             self.metrics.write(
@@ -466,6 +530,15 @@ class Trainer:
         state = self.state
         state.wall_time_s = self.wall_time_s()
         model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
+        poisoned = checkpointing.non_finite_tensors(model_state)  # empty off rank 0 under FSDP2
+        if any_rank(bool(poisoned), self.device):
+            last = checkpointing.latest_checkpoint(self.run_dir)
+            raise NonFiniteLossError(
+                f"step {state.step}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3]) or 'the model'}; "
+                "no checkpoint written. "
+                + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
+                stop_reason=f"non-finite weights at step {state.step}",
+            )
         path = None
         if self.info.is_main:
             train_state = {
@@ -516,6 +589,7 @@ class Trainer:
             "peak_flops_per_device": self.peak_flops,
             "final_train_loss": state.last_train_loss,
             "final_val_loss": state.last_val_loss,
+            "skipped_steps": state.skipped_steps,
             "params": self.breakdown.as_dict(),
             "interface": self.model_config.interface.name,
             "seed": self.config.seed,
@@ -528,7 +602,7 @@ class Trainer:
 
     def _write_summary(self, summary: dict[str, Any]) -> None:
         if self.info.is_main:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+            write_json_atomic(self.run_dir / SUMMARY_FILE, finite_or_null(summary))
 
     def _print_done(self, summary: dict[str, Any]) -> None:
         if not self.info.is_main:
@@ -627,7 +701,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.handle.write(json.dumps(record) + "\n")
+        record = finite_or_null(record)
+        self.handle.write(json.dumps(record, allow_nan=False) + "\n")
         self.handle.flush()
         if self.tensorboard is not None:
             for key, value in record.items():
@@ -639,6 +714,65 @@ class MetricsLog:
             self.handle.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN/inf float replaced by None: strict JSON has no NaN, and a bare ``NaN`` in
+    metrics.jsonl or summary.json breaks other readers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory (``RUN_DIR/.lock``, held by the main process), so two trainings
+    never write one run. It is an ``flock``: the kernel releases it when the process exits, however it exits,
+    so a killed run never leaves a stale lock behind."""
+
+    FILE = ".lock"
+
+    def __init__(self, run_dir: Path, info: DistInfo) -> None:
+        self.run_dir, self.info, self.handle = run_dir, info, None
+
+    def __enter__(self) -> RunDirLock:
+        error = None
+        if self.info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            path = self.run_dir / self.FILE
+            self.handle = open(path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self.handle.seek(0)
+                holder = self.handle.read().strip() or "unknown"
+                self.handle.close()
+                self.handle = None
+                error = (
+                    f"{self.run_dir} is in use by another training process (pid {holder}; lock {path}). Wait for "
+                    "it to finish or stop it; the lock is released when that process exits"
+                )
+            else:
+                self.handle.seek(0)
+                self.handle.truncate()
+                self.handle.write(f"{os.getpid()}\n")
+                self.handle.flush()
+        if any_rank(error is not None, self.info.device):
+            raise RunDirInUseError(error or f"{self.run_dir} is in use by another training process")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
+class RunDirInUseError(FileExistsError):
+    """Another process is training in this run directory."""
 
 
 def truncate_metrics(path: Path, after_step: int) -> None:
@@ -659,8 +793,8 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manifest: dict[str, Any]) -> None:
-    """Resuming must not silently change the experiment: same model, seed, batch, data and tokenizer."""
+def check_resumable(run_dir: Path, config: TrainConfig) -> None:
+    """Resuming must not silently change the experiment: same model, seed, batch and data."""
     saved_path = run_dir / CONFIG_FILE
     if not saved_path.exists():
         return
@@ -672,11 +806,15 @@ def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manife
                 f"--resume: {key} differs from {saved_path} ({saved.get(key)!r} there, {current.get(key)!r} "
                 "now); start a new run directory to change it"
             )
-    meta = read_json(checkpoint / META_FILE)
+
+
+def check_tokenizer(checkpoint: Path, manifest: dict[str, Any], data_dir: Path) -> None:
+    """The dataset must be tokenized as the checkpoint's was (a damaged meta.json is a CheckpointError)."""
+    meta = checkpointing.read_meta(checkpoint)
     if meta.get("tokenizer_hash") != manifest.get("tokenizer_hash"):
         raise ValueError(
-            f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} differs from the "
-            f"checkpoint's {meta.get('tokenizer_hash')} ({checkpoint / META_FILE})"
+            f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} ({data_dir}) differs from "
+            f"the checkpoint's {meta.get('tokenizer_hash')} ({checkpoint / META_FILE})"
         )
 
 
