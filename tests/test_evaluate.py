@@ -447,8 +447,26 @@ def test_bad_labels_in_other_formats_name_file_and_line(tmp_path):
 
 
 def test_missing_data_file_says_how_to_get_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"tablefree data download-evals DIR"):
+    with pytest.raises(FileNotFoundError, match=r"tablefree data download-evals \S+nowhere --tasks lambada"):
         load_docs(TASKS["lambada"], tmp_path / "nowhere")
+
+
+def test_all_missing_files_are_listed_at_once_with_the_command_that_fetches_them(
+    shared_data, checkpoint, tmp_path, capsys
+):
+    """Only the main three benchmarks present: `--tasks all` names every missing file in one error."""
+    for name in ("hellaswag", "piqa", "lambada"):
+        for relative in TASKS[name].files:
+            _write(tmp_path / relative, (shared_data / "eval" / relative).read_text())
+    code = cli_main(["eval", str(checkpoint), "--tasks", "all", "--eval-data", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    extra = [name for name in TASKS if name not in ("hellaswag", "piqa", "lambada")]
+    for name in extra:
+        for relative in TASKS[name].files:
+            assert f"{name}: {tmp_path / relative}" in err
+    assert f"tablefree data download-evals {tmp_path} --tasks {','.join(extra)}" in err
+    assert "hellaswag:" not in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------------------------------------------------------
