@@ -4,6 +4,7 @@ prompt construction against lm-eval's own task code on the real benchmark files,
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import random
@@ -479,13 +480,14 @@ def _prepared_dataset(root: Path, tokenizer: Tokenizer, text: str) -> list[int]:
     tokens = [eot, *tokenizer.encode(text).ids, eot, *tokenizer.encode(text.upper()).ids]
     root.mkdir(parents=True, exist_ok=True)
     write_shard(root / "val_000000.bin", np.array(tokens), tokenizer.get_vocab_size())
+    sha = hashlib.sha256((root / "val_000000.bin").read_bytes()).hexdigest()
     manifest = {
         "version": 1,
         "tokenizer_hash": tokenizer_hash(tokenizer),
         "tokenizer_file": "tokenizer.json",
         "vocab_size": tokenizer.get_vocab_size(),
         "eot_id": eot,
-        "splits": {"val": {"shards": [{"file": "val_000000.bin", "tokens": len(tokens), "sha256": "x"}]}},
+        "splits": {"val": {"shards": [{"file": "val_000000.bin", "tokens": len(tokens), "sha256": sha}]}},
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
     return tokens
