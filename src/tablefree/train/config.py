@@ -26,8 +26,7 @@ from tablefree.config import (
     PRESETS,
     InterfaceConfig,
     ModelConfig,
-    apply_overrides,
-    from_dict,
+    from_dict_with_overrides,
     load_yaml,
     parse_count,
     preset,
@@ -255,5 +254,5 @@ def lr_at(step: int, total_steps: int, lr: float, schedule: ScheduleConfig) -> f
 def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """A TrainConfig from a YAML file (or the defaults when ``path`` is None) and ``a.b=value`` overrides."""
     data = load_yaml(path) if path is not None else {}
-    data = apply_overrides(data, overrides or [])
-    return from_dict(TrainConfig, data, where=str(path) if path is not None else "config")
+    where = str(path) if path is not None else "config"
+    return from_dict_with_overrides(TrainConfig, data, overrides or [], where)
