@@ -161,7 +161,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
     # ---- data, model config and the run's numbers
     data_dir = Path(config.data.dir)
     manifest = read_manifest(data_dir)
-    model_config = config.model.build(dataset_vocab_size=int(manifest["vocab_size"]))
+    model_config = config.model.build(dataset_vocab_size=int(manifest["vocab_size"]), seed=config.seed)
     run_plan = plan(config, model_config, info.world_size)
     config = resolved_config(config, model_config, run_plan.seq_len)
     precision = resolve_precision(config, device)
