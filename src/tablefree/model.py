@@ -202,9 +202,8 @@ class TablefreeLM(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy, computed in fp32."""
-        logits = self(ids)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        """Mean next-token cross-entropy, computed in fp32 (``next_token_loss``)."""
+        return next_token_loss(self(ids), targets)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
@@ -220,6 +219,18 @@ class TablefreeLM(nn.Module):
             elif tensor.dim() == 2 and tensor.is_floating_point():
                 generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
                 tensor.normal_(0.0, self.config.init_std, generator=generator)
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The model's loss: next-token cross-entropy in fp32, for logits (B, T, V) and targets (B, T).
+
+    ``reduction="mean"`` over all tokens (training); ``"none"`` gives the per-token losses (B, T), which
+    validation averages per window. Training and validation use this one function.
+    """
+    losses = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction
+    )
+    return losses if reduction != "none" else losses.view(targets.shape)
 
 
 def _name_seed(seed: int, name: str) -> int:

@@ -32,11 +32,13 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from tablefree.checkpoint import TOKENIZER_FILE, load_model, write_text_atomic
+from tablefree import device as devices
+from tablefree.checkpoint import TOKENIZER_FILE, load_model
 from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.evaluator import checked_tokenizer
 from tablefree.evaluate.tasks import get_task, load_docs
+from tablefree.fileio import write_text_atomic
 from tablefree.generate import generate
 
 logger = logging.getLogger(__name__)
@@ -197,14 +199,9 @@ class TablefreeLMEval(TemplateLM):
 
 
 def resolve_device(device: str | None) -> str:
-    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU."""
-    if device and not str(device).startswith("cuda"):
-        return str(device)
-    if torch.cuda.is_available():
-        return str(device or "cuda")
-    if device:
-        logger.warning("device %r requested but CUDA is not available; using the CPU", device)
-    return "cpu"
+    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU with a warning
+    (``tablefree.device.resolve_device`` with ``fallback_to_cpu``)."""
+    return str(devices.resolve_device(device, fallback_to_cpu=True))
 
 
 def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:
