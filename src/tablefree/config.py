@@ -27,7 +27,15 @@ class InterfaceConfig:
     lift: str = "tile"  # tile: the whole K-bit code repeated; interleave: each bit repeated
     values: str = "01"  # "01": bits as {0, 1};  "pm1": bits as {-1, +1}
     bit_order: str = "lsb"  # lsb | msb
-    affine_seed: int = 0  # seed of the fixed random affine map (A, b); independent of the training seed
+    # Seed of the fixed random affine map (A, b). None (default): the training seed, so the choice of A is part
+    # of the seed variation of a sweep; an int holds A fixed across seeds.
+    affine_seed: int | None = None
+
+    def resolve_seed(self, seed: int) -> InterfaceConfig:
+        """These options with every seed left to the training seed (None) set to ``seed``."""
+        if self.name != "affine" or self.affine_seed is not None:
+            return self
+        return dataclasses.replace(self, affine_seed=seed)
 
 
 @dataclass
@@ -77,6 +85,12 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def resolve_seed(self, seed: int) -> ModelConfig:
+        """This config with the interface's seeds that follow the training seed set to ``seed`` (what a run
+        records, so that reloading and export rebuild exactly the same interface)."""
+        interface = self.interface.resolve_seed(seed)
+        return self if interface is self.interface else dataclasses.replace(self, interface=interface)
 
 
 PRESETS: dict[str, dict[str, Any]] = {

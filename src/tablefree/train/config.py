@@ -60,8 +60,9 @@ class ModelSpec:
                 f"model.preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)}"
             )
 
-    def build(self, dataset_vocab_size: int | None = None) -> ModelConfig:
-        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size.
+    def build(self, dataset_vocab_size: int | None = None, seed: int | None = None) -> ModelConfig:
+        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size; interface seeds that
+        follow the training seed (e.g. ``affine_seed: null``) are set to ``seed`` when given.
 
         An explicitly set ``vocab_size`` that disagrees with the dataset is an error (the model could not embed
         or predict the dataset's tokens); the preset's default vocabulary silently yields to the dataset's.
@@ -79,7 +80,8 @@ class ModelSpec:
                     "tokens; remove model.vocab_size (it defaults to the dataset's) or use a matching dataset"
                 )
             overrides["vocab_size"] = dataset_vocab_size
-        return preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        config = preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        return config if seed is None else config.resolve_seed(seed)
 
 
 @dataclass
