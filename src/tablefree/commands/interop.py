@@ -49,17 +49,29 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text from a checkpoint (KV cache, streamed)",
         description="Continue a prompt with a KV cache, streaming the text to the terminal. Temperature 0 is "
-        "greedy. Python API: tablefree.generate.generate(model, tokenizer, prompt, max_new_tokens, "
-        "temperature, top_k, top_p, seed).",
+        "greedy decoding (top-k and top-p then change nothing). Python API: tablefree.generate.generate(model, "
+        "tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, seed).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     gen.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
-    gen.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
-    gen.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding (default 1.0)")
-    gen.add_argument("--top-k", type=int, default=None)
-    gen.add_argument("--top-p", type=float, default=None)
-    gen.add_argument("--seed", type=int, default=None, help="sampling seed (default: nondeterministic)")
-    gen.add_argument("--device", default="cpu")
+    gen.add_argument(
+        "--prompt", default="", help="text to continue; empty starts a new document (default: %(default)r)"
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (>= 0)")
+    gen.add_argument(
+        "--temperature", type=float, default=1.0, help="softmax temperature (>= 0); 0 is greedy decoding"
+    )
+    gen.add_argument(
+        "--top-k", type=int, default=None, help="sample from the k likeliest tokens (>= 1); none: all"
+    )
+    gen.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="sample from the nucleus of this probability, in (0, 1]; none: all",
+    )
+    gen.add_argument("--seed", type=int, default=None, help="sampling seed; none: nondeterministic")
+    gen.add_argument("--device", default="cpu", help="torch device, or auto for cuda when available")
     gen.add_argument("--no-echo", action="store_true", help="do not print the prompt before the continuation")
     gen.set_defaults(func=run_generate)
 
@@ -160,8 +172,9 @@ def run_import(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     from tablefree.checkpoint import TOKENIZER_FILE, load_model
     from tablefree.data.tokenizer import load_tokenizer
-    from tablefree.generate import generate, print_stream
+    from tablefree.generate import check_sampling, generate, print_stream
 
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
     model, directory = load_model(args.checkpoint, device=args.device)
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.exists():
@@ -169,18 +182,20 @@ def run_generate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(tokenizer_path)
     if not args.no_echo:
         print_stream(args.prompt)
-    generate(
-        model,
-        tokenizer,
-        args.prompt,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        stream=print_stream,
-    )
-    print()
+    try:
+        generate(
+            model,
+            tokenizer,
+            args.prompt,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            stream=print_stream,
+        )
+    finally:
+        print()  # end the streamed line, also before an error message
     return 0
 
 
