@@ -9,7 +9,12 @@ import json
 import os
 import sys
 
-from tablefree.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE
+from tablefree.data.prepare import (
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_DOCUMENTS,
+    DEFAULT_VAL_SECTION_CHARS,
+    DEFAULT_VOCAB_SIZE,
+)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -73,7 +78,24 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     prepare.add_argument(
         "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="when training a tokenizer"
     )
-    prepare.add_argument("--val-fraction", type=float, default=0.005, help="fraction of documents for val")
+    prepare.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.005,
+        help="fraction of documents for val (at most max(this, 10%%) of the text is held out)",
+    )
+    prepare.add_argument(
+        "--val-documents",
+        type=int,
+        default=DEFAULT_VAL_DOCUMENTS,
+        help="validation documents wanted at least, from different sources (default: %(default)s)",
+    )
+    prepare.add_argument(
+        "--val-section-chars",
+        type=int,
+        default=DEFAULT_VAL_SECTION_CHARS,
+        help="characters of a validation section held out of a long document (default: %(default)s, ~20k tokens)",
+    )
     prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
     prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
     prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
@@ -121,10 +143,28 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
     )
     download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
-    download.add_argument("--tasks", nargs="+", help="subset of the tasks (default: all with a known URL)")
+    download.add_argument(
+        "--tasks",
+        default="all",
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all)",
+    )
     download.add_argument("--base-url", help="a mirror serving the files under the same relative paths")
     download.add_argument("--force", action="store_true", help="download again even if present and verified")
     download.set_defaults(func=run_download)
+    _add_embedded_corpus(verbs)
+
+
+def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
+    corpus = verbs.add_parser(
+        "embedded-corpus",
+        help="write the embedded default corpus (Python and PyTorch documentation text), offline",
+        description="Gather English documentation text that ships with every Python and PyTorch install (the "
+        "demo's default corpus, about 4.5 MB) into OUT as JSONL, one {text, source} document a line, with "
+        "corpus.json beside it describing what was gathered. Deterministic for a given Python and PyTorch. "
+        "Python API: tablefree.demo.gather_default_corpus(OUT). See docs/demo.md.",
+    )
+    corpus.add_argument("out", metavar="OUT", help="the JSONL file to write, e.g. corpus/docs.jsonl")
+    corpus.set_defaults(func=run_embedded_corpus)
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
@@ -160,6 +200,8 @@ def run_prepare(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         vocab_size=args.vocab_size,
         val_fraction=args.val_fraction,
+        val_documents=args.val_documents,
+        val_section_chars=args.val_section_chars,
         workers=args.workers,
         shard_tokens=args.shard_tokens,
         seed=args.seed,
@@ -189,10 +231,31 @@ def run_prepare(args: argparse.Namespace) -> int:
         print(
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
         )
+    for line in validation_summary(manifest, args.val_documents):
+        print(line)
     print(
         f"wrote {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
     )
     return 0
+
+
+def validation_summary(manifest: dict, wanted: int) -> list[str]:
+    """What the validation split holds, and a warning when it is too small for a document-level bootstrap."""
+    record = manifest.get("validation") or {}
+    documents = record.get("documents", manifest["splits"]["val"]["documents"])
+    lines = [f"validation: {documents:,} documents, {record.get('tokens', 0):,} tokens"]
+    if "source_documents" in record:
+        lines[0] += (
+            f" ({record['sections']} sections of {record['section_chars']:,} characters, "
+            f"from {record['source_documents']} source documents)"
+        )
+    if documents < wanted or record.get("source_documents", documents) < 2:
+        lines.append(
+            f"warning: the validation split holds {documents} documents from "
+            f"{record.get('source_documents', documents)} sources (wanted {wanted}): too few for a "
+            "document-level bootstrap; use a larger corpus or a larger --val-fraction"
+        )
+    return lines
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -237,4 +300,15 @@ def run_download(args: argparse.Namespace) -> int:
 
     for path in download_evals(args.dir, tasks=args.tasks, base_url=args.base_url, force=args.force):
         print(f"ok {path}")
+    return 0
+
+
+def run_embedded_corpus(args: argparse.Namespace) -> int:
+    from tablefree.demo import gather_default_corpus
+
+    stats = gather_default_corpus(args.out)
+    print(
+        f"wrote {args.out}: {stats['documents']:,} documents, {stats['text_bytes'] / 1e6:.2f} MB of text "
+        f"(Python {stats['python']}, torch {stats['torch']}; sha256 {stats['sha256'][:16]}…)"
+    )
     return 0

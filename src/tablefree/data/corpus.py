@@ -36,7 +36,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import zstandard
 from tqdm import tqdm
 
 READ_BLOCK = 1 << 20
@@ -132,7 +131,11 @@ class CorpusSummary:
         return "\n".join(lines)
 
 
-class JunkError(ValueError):
+class CorpusError(ValueError):
+    """A corpus that cannot be read as asked; the message names the file (and line where there is one)."""
+
+
+class JunkError(CorpusError):
     """Raised in strict mode; the message names the file and line."""
 
 
@@ -183,13 +186,32 @@ def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
     if source.compression == "gz":
         return gzip.open(source.path, "rb")
     if source.compression == "zst":
+        zstandard = _zstandard(source)
         raw = open(source.path, "rb")  # noqa: SIM115 - closed by the reader (closefd)
         reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
         return io.BufferedReader(reader, READ_BLOCK)
     return open(source.path, "rb")
 
 
-_DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+def _zstandard(source: SourceFile):
+    """The optional ``zstandard`` module, imported only when a .zst file is read (it is not in every image)."""
+    try:
+        import zstandard
+    except ImportError as error:
+        raise CorpusError(
+            f"{source.rel}: reading .zst files needs the zstandard package (pip install zstandard)"
+        ) from error
+    return zstandard
+
+
+def _decompression_errors() -> tuple[type[BaseException], ...]:
+    """What a corrupt compressed stream raises (zstandard's error only when zstandard is installed)."""
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+    try:
+        import zstandard
+    except ImportError:
+        return errors
+    return (*errors, zstandard.ZstdError)
 
 
 def sniff_stream(source: SourceFile) -> tuple[str, Junk | None]:
@@ -278,6 +300,8 @@ class Corpus:
         self.sources, unsupported = list_sources(self.paths)
         self.summary: CorpusSummary | None = None
         self._encodings: dict[str, str | None] = {}
+        # characters of each valid document, in order (filled by scan(); the validation plan needs them)
+        self.document_chars: list[int] = []
         self._pending_junk = unsupported
         for junk in unsupported:
             self._junk(junk, None)
@@ -287,6 +311,7 @@ class Corpus:
     def scan(self, progress: bool = False) -> CorpusSummary:
         """One pass over every file: sha256, size, encoding, valid document count and junk."""
         summary = CorpusSummary(junk=list(self._pending_junk))
+        self.document_chars = []
         for source in tqdm(self.sources, desc="scanning", unit="file", disable=not progress):
             info = FileInfo(source.rel, sha256_file(source.path), source.path.stat().st_size, None, 0)
             info.encoding = self._file_encoding(source, summary.junk)
@@ -296,6 +321,7 @@ class Corpus:
                         self._junk(item, summary.junk)
                     else:
                         info.documents += 1
+                        self.document_chars.append(len(item))
             else:
                 info.encoding = None
             summary.files.append(info)
@@ -303,12 +329,6 @@ class Corpus:
             raise ValueError(f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}")
         self.summary = summary
         return summary
-
-    @property
-    def num_documents(self) -> int:
-        if self.summary is None:
-            raise RuntimeError("Corpus.scan() must run first")
-        return self.summary.documents
 
     def file_document_ranges(self) -> list[tuple[int, int]]:
         """[first, end) global document indices of each source file (after ``scan()``)."""
@@ -370,7 +390,7 @@ class Corpus:
             return encoding
         try:
             encoding, problem = sniff_stream(source)
-        except _DECOMPRESSION_ERRORS as error:
+        except _decompression_errors() as error:
             encoding, problem = (
                 "junk",
                 Junk(source.rel, None, "unreadable", f"corrupt {source.compression} data ({error})"),
