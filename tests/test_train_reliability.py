@@ -114,7 +114,7 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tm
         save_file(weights, str(path), metadata={"format": "pt"})
         (newest / "COMPLETE").write_text('{"complete": true}')
     capsys.readouterr()
-    summary = train(config, run_dir, resume=True)
+    summary = train(config, run_dir, resume=True, allow_change=["budget"])
     out = capsys.readouterr().out
     assert f"--resume: skipping step_00000004: {path}" in out
     assert "resumed from" in out and "step_00000002 (step 2" in out
@@ -128,7 +128,7 @@ def test_resume_with_every_checkpoint_damaged_names_each(data_dir, tmp_path) -> 
     for checkpoint in checkpointing.complete_checkpoints(run_dir):
         (checkpoint / checkpointing.TRAIN_STATE_FILE).write_bytes(b"")
     with pytest.raises(checkpointing.CheckpointError, match=r"no checkpoint .* can be loaded") as caught:
-        train(micro_config(data_dir, budget="6 steps"), run_dir, resume=True)
+        train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir, resume=True)
     assert str(caught.value).count("train_state.pt") == 2
 
 
@@ -139,7 +139,7 @@ def test_a_run_directory_is_locked_while_training_and_freed_when_its_holder_dies
     with open(run_dir / ".lock", "a+") as held:  # another training process holds the lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(RunDirInUseError, match=r"is in use by another training process"):
-            train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True)
+            train(config, run_dir, resume=True)
     # a holder killed with SIGKILL takes its lock with it
     holder = subprocess.Popen(
         [
@@ -155,5 +155,5 @@ def test_a_run_directory_is_locked_while_training_and_freed_when_its_holder_dies
     assert holder.stdout.readline().strip() == "locked"
     holder.kill()
     holder.wait()
-    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True)
+    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True, allow_change=["budget"])
     assert summary["completed"] and summary["step"] == 3

@@ -8,8 +8,13 @@ processes = ``batch_tokens`` tokens. A run directory holds::
 
     config.yaml      # the resolved TrainConfig (model fields filled in from the preset and the dataset)
     metrics.jsonl    # one JSON object per line: train records (step, tokens, train_loss, lr, grad_norm,
-                     #   tokens_per_s, mfu, elapsed_s) and validation records (step, tokens, val_loss)
-    summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss, params, ...
+                     #   tokens_per_s, mfu, elapsed_s) and validation-estimate records (step, tokens,
+                     #   val_loss_estimate, val_windows)
+    summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss_estimate, ...
+
+The in-training validation *estimate* (``val_loss_estimate``: the mean loss over the first ``val_windows`` =
+val_batches × micro_batch windows of the val split) is named so everywhere, to keep it apart from the
+evaluation over the whole validation split (``tablefree eval``), a different number.
     checkpoints/step_XXXXXXXX/   # see tablefree.train.checkpointing
     tensorboard/     # when the tensorboard package is installed
 
@@ -30,7 +35,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +48,7 @@ from tqdm import tqdm
 from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
-from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing
@@ -143,21 +150,47 @@ def resolved_config(config: TrainConfig, model_config: ModelConfig, seq_len: int
     return replace(config, model=spec, seq_len=seq_len)
 
 
-def train(config: TrainConfig, run_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    resume: bool | str = False,
+    allow_change: Sequence[str] = (),
+) -> dict[str, Any]:
     """Train a model; returns the summary (also written to ``run_dir/summary.json``).
 
-    ``resume=True`` continues from the newest complete checkpoint in ``run_dir`` (or starts afresh when there
-    is none). Launched under torchrun, the processes share the work with DDP or FSDP2 (``config.parallel``).
+    ``resume=True`` continues the run in ``run_dir`` from its newest checkpoint that loads, with its recorded
+    recipe: a field of ``config`` that differs from it is refused unless named in ``allow_change`` (then it is
+    recorded in ``config_changes.json``). Nothing to resume is an error; ``resume="auto"`` resumes when there
+    is a checkpoint and starts afresh otherwise. Launched under torchrun, the processes share the work with
+    DDP or FSDP2 (``config.parallel``).
     """
     run_dir = Path(run_dir)
+    if resume not in (True, False, "auto"):
+        raise ValueError(f"resume: expected True, False or 'auto', got {resume!r}")
+    if resume == "auto":
+        resume = bool(checkpointing.complete_checkpoints(run_dir))
+    elif resume and not checkpointing.complete_checkpoints(run_dir):
+        raise FileNotFoundError(nothing_to_resume(run_dir))
     owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = init_distributed(config.device, force_process_group=config.parallel == "fsdp")
     try:
         with RunDirLock(run_dir, info):
-            return Trainer(config, run_dir, resume, info).run()
+            return Trainer(config, run_dir, bool(resume), info, allow_change).run()
     finally:
         if owns_process_group:  # leave a caller's process group alone
             destroy_distributed()
+
+
+def nothing_to_resume(run_dir: Path) -> str:
+    """The error for ``--resume`` on a run directory without a checkpoint, saying where it looked."""
+    where = run_dir / checkpointing.CHECKPOINTS_DIR
+    if not run_dir.exists():
+        found = f"{run_dir} does not exist"
+    elif not where.exists():
+        found = f"{run_dir} has no {checkpointing.CHECKPOINTS_DIR}/ directory"
+    else:
+        found = f"{where} holds no complete step_* checkpoint"
+    return f"--resume: nothing to resume: {found} (looked for {where}/step_*/COMPLETE). Check --run-dir, or start the run without --resume"
 
 
 @dataclass
@@ -170,8 +203,8 @@ class TrainState:
     wall_time_s: float = 0.0  # across resumes
     train_time_s: float = 0.0  # training steps only (no validation, no checkpointing), across resumes
     last_train_loss: float | None = None
-    last_val_loss: float | None = None
-    best_val_loss: float | None = None
+    last_val_loss_estimate: float | None = None
+    best_val_loss_estimate: float | None = None
     skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient norm (on_nonfinite: skip)
 
     def state_dict(self) -> dict[str, Any]:
@@ -181,6 +214,7 @@ class TrainState:
     def from_state_dict(cls, saved: dict[str, Any], where: str = "train state") -> TrainState:
         """The fields this version knows (keys of older checkpoints, ``schedule`` and ``world_size``, are
         ignored); a field of the wrong type is a CheckpointError naming ``where``."""
+        saved = {LEGACY_STATE_KEYS.get(key, key): value for key, value in saved.items()}
         values = {f.name: saved[f.name] for f in fields(cls) if f.name in saved}
         for name, value in values.items():
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -190,6 +224,10 @@ class TrainState:
             ):
                 raise checkpointing.CheckpointError(f"{where}: field {name!r} has the wrong type ({value!r})")
         return cls(**values)
+
+
+# train_state.pt keys of older versions -> their TrainState field
+LEGACY_STATE_KEYS = {"last_val_loss": "last_val_loss_estimate", "best_val_loss": "best_val_loss_estimate"}
 
 
 @dataclass(frozen=True)
@@ -207,13 +245,22 @@ class Trainer:
     """One training run: ``setup`` (in ``__init__``), ``train_step``, ``validate``, ``save``, ``summary``; ``run``
     strings them together. Everything that changes from step to step is in ``self.state``."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: Path,
+        resume: bool,
+        info: DistInfo,
+        allow_change: Sequence[str] = (),
+    ) -> None:
         self.started = time.perf_counter()
         self.info, self.run_dir, self.device = info, run_dir, info.device
 
         # data, model config and the run's numbers
         self.data_dir = Path(config.data.dir)
         self.manifest = read_manifest(self.data_dir)
+        if resume:  # before the model is built: a different dataset is named as such, not as a vocab_size
+            check_dataset(run_dir, self.manifest, self.data_dir)
         self.model_config = config.model.build(
             dataset_vocab_size=int(self.manifest["vocab_size"]), seed=config.seed
         )
@@ -225,10 +272,12 @@ class Trainer:
         self.peak_flops = peak_flops_per_device(self.device, config.peak_flops)
         self.tokenizer_path = self.data_dir / self.manifest.get("tokenizer_file", "tokenizer.json")
 
-        self._check_run_dir(resume)
+        self.changes = self._check_run_dir(resume, allow_change)
         self._build_model_and_data()
         self.state = TrainState()
         self.resumed_from = self._resume() if resume else None
+        if self.changes and info.is_main:
+            record_changes(run_dir, self.changes, self.state.step)
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
         self.saved_at = -1
@@ -236,16 +285,24 @@ class Trainer:
 
     # ---- setup
 
-    def _check_run_dir(self, resume: bool) -> None:
-        """A fresh run must not overwrite another run; a resumed one must keep its experiment."""
+    def _check_run_dir(self, resume: bool, allow_change: Sequence[str]) -> list[Change]:
+        """A fresh run must not overwrite another run's checkpoints; a resumed one continues its recorded recipe.
+        Returns the changes to the recipe that ``allow_change`` permits."""
         run_dir = self.run_dir
-        if not resume and ((run_dir / METRICS_FILE).exists() or checkpointing.complete_checkpoints(run_dir)):
+        changes: list[Change] = []
+        if not resume and has_checkpoints(run_dir):
             raise FileExistsError(
                 f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
             )
         if resume:
-            check_resumable(run_dir, self.config)
+            changes = check_resumable(run_dir, self.config, allow_change)
+        elif self.info.is_main and (run_dir / METRICS_FILE).exists():
+            print(
+                f"starting {run_dir} over: it holds no checkpoint (a run stopped before its first save)",
+                flush=True,
+            )
         barrier()  # every process has checked before rank 0 writes anything
+        return changes
 
     def _build_model_and_data(self) -> None:
         config, info = self.config, self.info
@@ -271,6 +328,8 @@ class Trainer:
         self.val_loader = TokenLoader.from_dir(
             self.data_dir, "val", self.plan.seq_len, config.micro_batch, shuffle=False, **loader_args
         )
+        # the in-training validation estimate's size (validation_loss reads the first this many windows)
+        self.val_windows = min(config.val_batches * config.micro_batch, self.val_loader.num_chunks)
         self.autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16)
             if self.precision == "bf16" and config.parallel != "fsdp"  # FSDP2 casts parameters itself
@@ -311,9 +370,12 @@ class Trainer:
         """config.yaml, metrics.jsonl cut back to the resumed step, and the run's description."""
         if self.info.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(
-                self.run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(self.config), sort_keys=False)
-            )
+            if (
+                self.resumed_from is None
+            ):  # a resumed run keeps its recorded recipe; changes go to CHANGES_FILE
+                write_text_atomic(
+                    self.run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(self.config), sort_keys=False)
+                )
             truncate_metrics(self.run_dir / METRICS_FILE, after_step=self.state.step)
         self.metrics = MetricsLog(self.run_dir, enabled=self.info.is_main)
         if self.info.is_main:
@@ -397,7 +459,7 @@ class Trainer:
         return (
             self.resumed_from is not None
             and self.state.step == self.start_step
-            and self.state.last_val_loss is not None
+            and self.state.last_val_loss_estimate is not None
         )
 
     def train_step(self) -> StepResult:
@@ -511,16 +573,24 @@ class Trainer:
         self.progress.update(1)
 
     def validate(self) -> float:
-        """The validation loss now (recorded in the state and metrics.jsonl)."""
+        """The validation-loss estimate now, over the first ``val_windows`` windows of the val split (recorded
+        in the state and metrics.jsonl as ``val_loss_estimate``)."""
         state = self.state
-        val_loss = validation_loss(
+        estimate = validation_loss(
             self.train_model, self.val_loader, self.config.val_batches, self.device, self.autocast
         )
-        state.last_val_loss = val_loss
-        if state.best_val_loss is None or val_loss < state.best_val_loss:
-            state.best_val_loss = val_loss
-        self.metrics.write({"step": state.step, "tokens": state.tokens_seen, "val_loss": val_loss})
-        return val_loss
+        state.last_val_loss_estimate = estimate
+        if state.best_val_loss_estimate is None or estimate < state.best_val_loss_estimate:
+            state.best_val_loss_estimate = estimate
+        self.metrics.write(
+            {
+                "step": state.step,
+                "tokens": state.tokens_seen,
+                "val_loss_estimate": estimate,
+                "val_windows": self.val_windows,
+            }
+        )
+        return estimate
 
     # ---- checkpoints and summaries
 
@@ -557,7 +627,7 @@ class Trainer:
                 "interface": self.model_config.interface.name,
                 "seed": self.config.seed,
                 "train_loss": state.last_train_loss,
-                "val_loss": state.last_val_loss,
+                "val_loss_estimate": state.last_val_loss_estimate,
             }
             path = checkpointing.save_checkpoint(
                 self.run_dir,
@@ -590,7 +660,9 @@ class Trainer:
             "flops_per_token": self.flops_per_token,
             "peak_flops_per_device": self.peak_flops,
             "final_train_loss": state.last_train_loss,
-            "final_val_loss": state.last_val_loss,
+            "final_val_loss_estimate": state.last_val_loss_estimate,
+            "best_val_loss_estimate": state.best_val_loss_estimate,
+            "val_estimate_windows": self.val_windows,
             "skipped_steps": state.skipped_steps,
             "params": self.breakdown.as_dict(),
             "interface": self.model_config.interface.name,
@@ -607,16 +679,18 @@ class Trainer:
             write_json_atomic(self.run_dir / SUMMARY_FILE, finite_or_null(summary))
 
     def _print_done(self, summary: dict[str, Any]) -> None:
+        """One closing line; an interrupted run says so and shows only the numbers it has."""
         if not self.info.is_main:
             return
         state = self.state
-        val = state.last_val_loss
-        print(
-            f"done: step {state.step}, {state.tokens_seen:,} tokens, train loss {state.last_train_loss:.4f}, val loss "
-            f"{val if val is None else round(val, 4)}, "
-            f"{human(summary['tokens_per_s'])} tok/s -> {self.run_dir}",
-            flush=True,
-        )
+        parts = [f"step {state.step}/{self.plan.total_steps}", f"{state.tokens_seen:,} tokens"]
+        if state.last_train_loss is not None:
+            parts.append(f"train loss {state.last_train_loss:.4f}")
+        if state.last_val_loss_estimate is not None:
+            parts.append(f"val loss estimate ({self.val_windows} windows) {state.last_val_loss_estimate:.4f}")
+        parts.append(f"{human(summary['tokens_per_s'])} tok/s")
+        head = "done" if summary["completed"] else f"stopped ({summary['stop_reason']})"
+        print(f"{head}: {', '.join(parts)} -> {self.run_dir}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -795,19 +869,152 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
-def check_resumable(run_dir: Path, config: TrainConfig) -> None:
-    """Resuming must not silently change the experiment: same model, seed, batch and data."""
-    saved_path = run_dir / CONFIG_FILE
-    if not saved_path.exists():
-        return
-    saved = load_yaml(saved_path)
-    current = to_dict(config)
-    for key in ("model", "seed", "batch_tokens", "seq_len", "data"):
-        if saved.get(key) != current.get(key):
+# Fields that decide what the run computes and cannot change on resume, even when asked: the weights, the
+# data order and the position in it are tied to them.
+FIXED_ON_RESUME = ("model", "seed", "seq_len", "batch_tokens")
+# Fields that say how the run executes, not what it computes: free to change on resume (another machine).
+OPERATIONAL_FIELDS = (
+    "device",
+    "compile",
+    "activation_checkpointing",
+    "parallel",
+    "peak_flops",
+    "log_every",
+    "val_every",
+    "checkpoint_every",
+    "keep_last",
+    "micro_batch",
+    "on_nonfinite",
+)
+CHANGES_FILE = "config_changes.json"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A field of the recipe changed on resume."""
+
+    field: str  # dotted, e.g. optim.lr
+    recorded: Any
+    now: Any
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    """Whether the run directory holds checkpoints (complete ones, or damaged ones set aside)."""
+    root = run_dir / checkpointing.CHECKPOINTS_DIR
+    return bool(checkpointing.complete_checkpoints(run_dir)) or any(
+        root.glob(f"{checkpointing.DAMAGED_PREFIX}*")
+    )
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+def read_changes(run_dir: Path) -> list[dict[str, Any]]:
+    """The history of recipe changes made on resume (``config_changes.json``), oldest first."""
+    path = run_dir / CHANGES_FILE
+    if not path.exists():
+        return []
+    history = read_json(path)
+    if not isinstance(history, list) or not all(
+        isinstance(entry, dict) and {"after_step", "field", "to"} <= entry.keys() for entry in history
+    ):
+        raise ValueError(f"{path}: expected a list of {{after_step, field, from, to}} records")
+    return history
+
+
+def recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's current recipe: config.yaml (as first written, never rewritten) with the changes of
+    config_changes.json applied in order; None when the run has no config.yaml."""
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        return None
+    recipe = load_yaml(path)
+    for entry in read_changes(run_dir):
+        set_dotted(recipe, entry["field"], entry["to"])
+    return recipe
+
+
+def check_resumable(run_dir: Path, config: TrainConfig, allow_change: Sequence[str] = ()) -> list[Change]:
+    """Resuming continues the recorded recipe. Each field that differs is named; fields of FIXED_ON_RESUME
+    are refused always, others unless named (or their section named) in ``allow_change``. Returns the
+    permitted changes."""
+    recorded = recorded_config(run_dir)
+    if recorded is None:
+        return []
+    where = run_dir / CONFIG_FILE
+    was, now = flatten(recorded), flatten(to_dict(config))
+    differing = [  # a field only one side has (a field added by a later version) is not a change
+        Change(name, was[name], now[name])
+        for name in sorted(was.keys() & now.keys())
+        if was[name] != now[name] and name.split(".")[0] not in OPERATIONAL_FIELDS
+    ]
+
+    def listed(changes: list[Change]) -> str:
+        return "\n".join(f"  {c.field}: {c.recorded!r} recorded, {c.now!r} now" for c in changes)
+
+    fixed = [c for c in differing if c.field.split(".")[0] in FIXED_ON_RESUME]
+    if fixed:
+        raise ValueError(
+            f"--resume: the run in {run_dir} was trained with a different experiment ({where}):\n{listed(fixed)}\n"
+            "These cannot change within a run; start a new run directory to change them"
+        )
+    allowed = {name.strip() for name in allow_change}
+    refused = [c for c in differing if not any(c.field == a or c.field.startswith(a + ".") for a in allowed)]
+    if refused:
+        flags = " ".join(f"--allow-change {c.field}" for c in refused)
+        raise ValueError(
+            f"--resume continues the recorded recipe ({where}), and these fields differ from it:\n"
+            f"{listed(refused)}\nDrop these overrides to continue unchanged, or pass {flags} to change them from "
+            f"the resumed step on (recorded in {run_dir / CHANGES_FILE}; config.yaml is kept as first written)"
+        )
+    return differing
+
+
+def record_changes(run_dir: Path, changes: list[Change], step: int) -> None:
+    """Append permitted recipe changes to the run's history, with the step they take effect after."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    history = read_changes(run_dir) + [
+        {"after_step": step, "field": c.field, "from": c.recorded, "to": c.now, "time": when} for c in changes
+    ]
+    write_json_atomic(run_dir / CHANGES_FILE, history)
+    for c in changes:
+        print(
+            f"--resume: {c.field} changed from {c.recorded!r} to {c.now!r} after step {step} (--allow-change)",
+            flush=True,
+        )
+
+
+def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> None:
+    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
+    for checkpoint in reversed(checkpointing.complete_checkpoints(run_dir)):
+        try:
+            meta = checkpointing.read_meta(checkpoint)
+        except checkpointing.CheckpointError:
+            continue  # a damaged meta.json: _resume reports it
+        trained = meta.get("tokenizer_hash")
+        if trained != manifest.get("tokenizer_hash"):
             raise ValueError(
-                f"--resume: {key} differs from {saved_path} ({saved.get(key)!r} there, {current.get(key)!r} "
-                "now); start a new run directory to change it"
+                f"--resume: the dataset {data_dir} (tokenizer {str(manifest.get('tokenizer_hash'))[:12]}…, "
+                f"{manifest.get('vocab_size')} tokens) is not tokenized like the one this run was trained on "
+                f"({meta.get('data_dir')}, tokenizer {str(trained)[:12]}…, per {checkpoint / META_FILE}); "
+                f"resume with data.dir={meta.get('data_dir')}, or a dataset prepared with that tokenizer"
             )
+        return
 
 
 def check_tokenizer(checkpoint: Path, manifest: dict[str, Any], data_dir: Path) -> None:
