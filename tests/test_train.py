@@ -181,6 +181,8 @@ def test_resume_refuses_a_changed_experiment_or_tokenizer(data_dir, tmp_path) ->
     meta = json.loads(meta_path.read_text())
     meta["tokenizer_hash"] = "0" * 64
     meta_path.write_text(json.dumps(meta))
+    complete = {"complete": True, "sha256": checkpointing.file_digests(meta_path.parent)}
+    (meta_path.parent / "COMPLETE").write_text(json.dumps(complete))  # a whole checkpoint, other tokenizer
     with pytest.raises(ValueError, match=r"is not tokenized like the one this run was trained on"):
         train(micro_config(data_dir, budget="2 steps"), run_dir, resume=True)
 

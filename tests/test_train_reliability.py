@@ -90,6 +90,7 @@ def test_non_finite_weights_are_never_written(monkeypatch, data_dir, tmp_path) -
     assert not list((run_dir / "checkpoints").glob(".step_*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncate_train_state", "truncate_weights", "nan_weights_old_format"])
 def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tmp_path, capsys) -> None:
     reference = tmp_path / "reference"
@@ -116,7 +117,7 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tm
     capsys.readouterr()
     summary = train(config, run_dir, resume=True, allow_change=["budget"])
     out = capsys.readouterr().out
-    assert f"--resume: skipping step_00000004: {path}" in out
+    assert f"--resume: skipped step_00000004: {path}" in out
     assert "resumed from" in out and "step_00000002 (step 2" in out
     assert (run_dir / "checkpoints" / "damaged-step_00000004").is_dir()  # kept aside, out of pruning's way
     assert summary["completed"] and train_losses(run_dir) == train_losses(reference)

@@ -13,6 +13,8 @@ from tablefree.train.config import lr_at
 from tablefree.train.trainer import CHANGES_FILE, recorded_config
 from train_helpers import make_dataset, micro_config, train_losses, write_config
 
+pytestmark = pytest.mark.slow  # each test trains (in-process, a second or two per run)
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):

@@ -28,15 +28,18 @@ import hashlib
 import os
 import pickle
 import random
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from safetensors.torch import load_file
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    get_model_state_dict,
     get_state_dict,
     set_state_dict,
 )
@@ -51,6 +54,7 @@ from tablefree.checkpoint import (
 )
 from tablefree.fileio import read_json, write_json_atomic
 
+T = TypeVar("T")
 TRAIN_STATE_FILE = "train_state.pt"
 CHECKPOINTS_DIR = "checkpoints"
 DAMAGED_PREFIX = "damaged-"  # a skipped checkpoint is moved aside under this prefix, out of the step_* glob
@@ -73,6 +77,12 @@ def step_dir_name(step: int) -> str:
 def complete_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete step directories of a run, oldest first."""
     return complete_steps(Path(run_dir) / CHECKPOINTS_DIR)
+
+
+def incomplete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """``step_*`` directories without a COMPLETE marker (damaged: a save only renames whole ones into place)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    return sorted(p for p in root.glob("step_*") if p.is_dir() and not is_complete(p))
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -205,6 +215,11 @@ def load_train_state(directory: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"{path}: field {name!r} should be a {kind.__name__}, found {found}")
     if state["step"] < 0 or state["tokens_seen"] < 0:
         raise CheckpointError(f"{path}: step and tokens_seen must be >= 0")
+    named = re.fullmatch(r"step_(\d+)", Path(directory).name)
+    if named and int(named.group(1)) != state["step"]:
+        raise CheckpointError(
+            f"{path}: holds step {state['step']}, but its directory is {Path(directory).name}"
+        )
     return state
 
 
@@ -219,9 +234,9 @@ def load_model_state(directory: str | Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: unreadable ({type(error).__name__}: {first_line(error)})") from None
 
 
-def verify_digests(directory: str | Path) -> None:
-    """Check each file against the sha256 recorded in COMPLETE (checkpoints written before digests were
-    recorded have none, and pass)."""
+def verify_digests(directory: str | Path, only: tuple[str, ...] | None = None) -> None:
+    """Check each file (or those named in ``only``) against the sha256 recorded in COMPLETE (checkpoints
+    written before digests were recorded have none, and pass)."""
     directory = Path(directory)
     marker = directory / COMPLETE_MARKER
     try:
@@ -236,6 +251,8 @@ def verify_digests(directory: str | Path) -> None:
     if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
         raise CheckpointError(f"{marker}: 'sha256' should map file names to hex digests")
     for name, expected in digests.items():
+        if only is not None and name not in only:
+            continue
         path = directory / str(name)
         if Path(str(name)).name != name:
             raise CheckpointError(f"{marker}: {name!r} is not a file name")
@@ -291,12 +308,25 @@ def load_for_resume(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     loader: Any,
+    tokenizer_hash: str | None = None,
 ) -> dict[str, Any]:
-    """Check a checkpoint whole (digests, fields, finite weights), then restore the model, optimizer, random
-    generators and loader from it; returns the train state. Any failure is a CheckpointError naming the file."""
+    """Check a checkpoint whole (digests, fields, finite weights, and the tokenizer when ``tokenizer_hash`` is
+    given), then restore the model, optimizer, random generators and loader from it; returns the train state.
+    A damaged checkpoint is a CheckpointError naming the file; another tokenizer is a plain ValueError."""
     verify_digests(directory)
+    meta = read_meta(directory)
+    if tokenizer_hash is not None and meta.get("tokenizer_hash") != tokenizer_hash:
+        raise ValueError(
+            f"--resume: {directory / META_FILE}: the checkpoint's tokenizer {meta.get('tokenizer_hash')!r} "
+            f"differs from the dataset's {tokenizer_hash!r}"
+        )
     state = load_train_state(directory)
     model_state = load_model_state(directory)
+    expected = expected_shapes(model)
+    check_model_state(model_state, expected, directory / MODEL_FILE)
+    path = directory / TRAIN_STATE_FILE
+    check_optimizer_state(state, expected, optimizer, path)
+    check_loader_state(state["loader"], path)
     poisoned = non_finite_tensors(model_state)
     if poisoned:
         raise CheckpointError(
@@ -310,7 +340,6 @@ def load_for_resume(
             f"{directory / MODEL_FILE} / {TRAIN_STATE_FILE}: do not fit this model and optimizer "
             f"({type(error).__name__}: {first_line(error)})"
         ) from None
-    path = directory / TRAIN_STATE_FILE
     try:
         set_rng_state(state["rng"])
     except Exception as error:
@@ -322,6 +351,103 @@ def load_for_resume(
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
         raise CheckpointError(f"{path}: field 'loader' does not fit this run ({first_line(error)})") from None
     return state
+
+
+def load_newest(
+    run_dir: str | Path, load: Callable[[Path], T]
+) -> tuple[Path, T, list[tuple[Path, CheckpointError]]] | None:
+    """``load`` the newest complete checkpoint for which it raises no CheckpointError, walking back from the
+    newest: (that checkpoint, what ``load`` returned, the (checkpoint, error) pairs skipped on the way).
+    None when the run has no checkpoint; a CheckpointError naming each one when none loads."""
+    skipped: list[tuple[Path, CheckpointError]] = []
+    for checkpoint in reversed(complete_checkpoints(run_dir)):
+        try:
+            return checkpoint, load(checkpoint), skipped
+        except CheckpointError as error:
+            skipped.append((checkpoint, error))
+    if not skipped:
+        return None
+    reasons = "\n".join(f"  {checkpoint.name}: {error}" for checkpoint, error in skipped)
+    raise CheckpointError(f"no checkpoint in {Path(run_dir) / CHECKPOINTS_DIR} can be loaded:\n{reasons}")
+
+
+def expected_shapes(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """Name -> full shape of every tensor the model's state holds, under the names checkpoints use (no
+    wrapper prefixes). Reads the (possibly sharded) state without gathering it: DTensors know their shape."""
+    return {name: tuple(tensor.shape) for name, tensor in get_model_state_dict(model).items()}
+
+
+def check_model_state(
+    state: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], path: Path
+) -> None:
+    """The weights must be exactly the model's tensors, each of the model's shape."""
+    missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: does not hold this model's tensors"
+            + (f"; missing {', '.join(missing[:3])}" if missing else "")
+            + (f"; unexpected {', '.join(unexpected[:3])}" if unexpected else "")
+        )
+    for name, shape in expected.items():
+        if tuple(state[name].shape) != shape:
+            raise CheckpointError(
+                f"{path}: {name} has shape {tuple(state[name].shape)}, the model's is {shape}"
+            )
+
+
+def check_optimizer_state(
+    train_state: dict[str, Any],
+    expected: dict[str, tuple[int, ...]],
+    optimizer: torch.optim.Optimizer,
+    path: Path,
+) -> None:
+    """The optimizer state must cover this optimizer's parameters (by name), with moments of their shapes:
+    set_state_dict accepts less, and the run would go on with reset moments or fail steps later."""
+    optim = train_state["optimizer"]
+    groups, per_param = optim.get("param_groups"), optim.get("state")
+    if not isinstance(groups, list) or not isinstance(per_param, dict):
+        raise CheckpointError(f"{path}: field 'optimizer' lacks its 'state' or 'param_groups'")
+    if len(groups) != len(optimizer.param_groups) or not all(
+        isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups
+    ):
+        raise CheckpointError(f"{path}: the optimizer's parameter groups do not match this run's")
+    names = [name for group in groups for name in group["params"]]
+    if (
+        len(names) != sum(len(g["params"]) for g in optimizer.param_groups)
+        or not set(names) <= expected.keys()
+    ):
+        raise CheckpointError(f"{path}: the optimizer's parameters are not this model's")
+    updated = train_state["step"] > train_state.get("skipped_steps", 0)
+    for name in names:
+        moments = per_param.get(name)
+        if moments is None:
+            if updated:
+                raise CheckpointError(f"{path}: no optimizer state for {name}")
+            continue
+        if not isinstance(moments, dict):
+            raise CheckpointError(f"{path}: optimizer state of {name} is not a mapping")
+        for key, value in moments.items():
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != expected[name]:
+                raise CheckpointError(
+                    f"{path}: optimizer {key} of {name} has shape {tuple(value.shape)}, the parameter's is "
+                    f"{expected[name]}"
+                )
+
+
+LOADER_FIELDS = ("seq_len", "seed", "world_size", "batch_size", "position")
+
+
+def check_loader_state(state: dict[str, Any], path: Path) -> None:
+    for name in LOADER_FIELDS:
+        value = state.get(name)
+        if (
+            not isinstance(value, int)
+            or isinstance(value, bool)
+            or value < (1 if name in ("world_size", "batch_size", "seq_len") else 0)
+        ):
+            raise CheckpointError(
+                f"{path}: loader field {name!r} should be a non-negative count, found {value!r}"
+            )
 
 
 def set_aside(checkpoint: Path) -> Path:

@@ -45,14 +45,14 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import META_FILE
+from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing
-from tablefree.train.config import ModelSpec, TrainConfig, lr_at, plan
+from tablefree.train.config import ModelSpec, Plan, TrainConfig, lr_at, plan
 from tablefree.train.parallelize import (
     DistInfo,
     all_reduce_mean,
@@ -339,32 +339,35 @@ class Trainer:
     def _resume(self) -> Path | None:
         """Restore the newest checkpoint that loads; a damaged newer one is skipped (and set aside) with the
         reason said. None when the run has no checkpoint yet; a CheckpointError when none loads."""
-        skipped: list[tuple[Path, Exception]] = []
-        for checkpoint in reversed(checkpointing.complete_checkpoints(self.run_dir)):
-            try:
-                check_tokenizer(checkpoint, self.manifest, self.data_dir)
-                saved = checkpointing.load_for_resume(
-                    checkpoint, self.train_model, self.optimizer, self.train_loader
-                )
-                self.state = TrainState.from_state_dict(
-                    saved, where=str(checkpoint / checkpointing.TRAIN_STATE_FILE)
-                )
-            except checkpointing.CheckpointError as error:
-                skipped.append((checkpoint, error))
-                if self.info.is_main:
-                    print(f"--resume: skipping {checkpoint.name}: {error}", flush=True)
-                continue
-            barrier()  # every process has loaded before rank 0 moves anything
-            if self.info.is_main:
-                for damaged, _ in skipped:
-                    print(f"--resume: {damaged.name} moved to {checkpointing.set_aside(damaged)}", flush=True)
-            return checkpoint
-        if skipped:
-            reasons = "\n".join(f"  {checkpoint.name}: {error}" for checkpoint, error in skipped)
-            raise checkpointing.CheckpointError(
-                f"--resume: no checkpoint in {self.run_dir / checkpointing.CHECKPOINTS_DIR} can be loaded:\n{reasons}"
+        try:
+            found = checkpointing.load_newest(
+                self.run_dir,
+                lambda checkpoint: restore_checkpoint(
+                    checkpoint,
+                    self.train_model,
+                    self.optimizer,
+                    self.train_loader,
+                    self.manifest,
+                    self.plan,
+                ),
             )
-        return None
+        except checkpointing.CheckpointError as error:
+            raise checkpointing.CheckpointError(f"--resume: {error}") from None
+        if found is None:
+            return None
+        checkpoint, self.state, skipped = found
+        if self.info.is_main:
+            for partial in checkpointing.incomplete_checkpoints(self.run_dir):
+                if partial.name > checkpoint.name:
+                    print(
+                        f"--resume: ignored {partial.name}: no {COMPLETE_MARKER} marker (an incomplete checkpoint)"
+                    )
+        barrier()  # every process has loaded before rank 0 moves anything
+        if self.info.is_main:
+            for damaged, error in skipped:
+                print(f"--resume: skipped {damaged.name}: {error}", flush=True)
+                print(f"--resume: {damaged.name} moved to {checkpointing.set_aside(damaged)}", flush=True)
+        return checkpoint
 
     def _write_run_files(self) -> None:
         """config.yaml, metrics.jsonl cut back to the resumed step, and the run's description."""
@@ -999,10 +1002,39 @@ def record_changes(run_dir: Path, changes: list[Change], step: int) -> None:
         )
 
 
+def restore_checkpoint(
+    checkpoint: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: TokenLoader,
+    manifest: dict[str, Any],
+    run_plan: Plan,
+) -> TrainState:
+    """Restore a run's model, optimizer, RNG and loader from ``checkpoint``; its TrainState. A damaged
+    checkpoint is a CheckpointError naming the file (``_resume`` then tries the one before)."""
+    saved = checkpointing.load_for_resume(
+        checkpoint, model, optimizer, loader, tokenizer_hash=manifest.get("tokenizer_hash")
+    )
+    where = checkpoint / checkpointing.TRAIN_STATE_FILE
+    state = TrainState.from_state_dict(saved, where=str(where))
+    # batch_tokens never changes within a run, so these three numbers must agree
+    if state.tokens_seen != state.step * run_plan.tokens_per_step:
+        raise checkpointing.CheckpointError(
+            f"{where}: {state.tokens_seen} tokens seen in {state.step} steps of {run_plan.tokens_per_step} tokens"
+        )
+    if loader.position != state.step * run_plan.grad_accum:
+        raise checkpointing.CheckpointError(
+            f"{where}: the loader is at micro-step {loader.position}, not at step {state.step}'s "
+            f"{state.step * run_plan.grad_accum}"
+        )
+    return state
+
+
 def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> None:
     """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
     for checkpoint in reversed(checkpointing.complete_checkpoints(run_dir)):
         try:
+            checkpointing.verify_digests(checkpoint, only=(META_FILE,))
             meta = checkpointing.read_meta(checkpoint)
         except checkpointing.CheckpointError:
             continue  # a damaged meta.json: _resume reports it
@@ -1015,16 +1047,6 @@ def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> No
                 f"resume with data.dir={meta.get('data_dir')}, or a dataset prepared with that tokenizer"
             )
         return
-
-
-def check_tokenizer(checkpoint: Path, manifest: dict[str, Any], data_dir: Path) -> None:
-    """The dataset must be tokenized as the checkpoint's was (a damaged meta.json is a CheckpointError)."""
-    meta = checkpointing.read_meta(checkpoint)
-    if meta.get("tokenizer_hash") != manifest.get("tokenizer_hash"):
-        raise ValueError(
-            f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} ({data_dir}) differs from "
-            f"the checkpoint's {meta.get('tokenizer_hash')} ({checkpoint / META_FILE})"
-        )
 
 
 def peak_memory_gb(device: torch.device) -> float:
