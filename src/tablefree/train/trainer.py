@@ -181,7 +181,10 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
     barrier()  # every process has checked before rank 0 writes anything
 
     # ---- model, parallelism, optimizer, data
-    model = build_model(model_config, seed=config.seed, device=device)
+    # FSDP2: built on the meta device; parallelize() materialises only this rank's shards.
+    model = build_model(
+        model_config, seed=config.seed, device="meta" if config.parallel == "fsdp" else device
+    )
     param_dtype = torch.bfloat16 if precision == "bf16" else None
     train_model = parallelize(
         model,
@@ -190,6 +193,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
         compile=config.compile,
         activation_checkpointing=config.activation_checkpointing,
         param_dtype=param_dtype,
+        seed=config.seed,
     )
     optimizer = build_optimizer(model, config)
     loader_args = dict(seed=config.seed, rank=info.rank, world_size=info.world_size)
