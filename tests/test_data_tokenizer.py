@@ -78,7 +78,7 @@ def test_load_tokenizer_file_dir_and_errors(trained, tmp_path, monkeypatch) -> N
         raise OSError("offline: no network")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
-    with pytest.raises(FileNotFoundError, match="hub.*OSError: offline"):
+    with pytest.raises(FileNotFoundError, match=r"hub.*OSError: offline"):
         load_tokenizer("HuggingFaceTB/SmolLM-135M")
     assert asked == [("HuggingFaceTB/SmolLM-135M", "tokenizer.json")]
 

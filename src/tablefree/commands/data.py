@@ -136,6 +136,20 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     adopt.add_argument("--val", nargs="*", default=[], help="val shard files (in DIR), or a glob")
     adopt.set_defaults(func=run_adopt)
 
+    verify = verbs.add_parser(
+        "verify",
+        help="check a prepared dataset's shards against its manifest",
+        description="Check every shard of a prepared dataset against manifest.json: present, header valid, "
+        "token count as recorded, and (unless --no-hash) its sha256, its token ids below vocab_size and the "
+        "tokenizer's hash. Exit status 1 when anything is wrong. "
+        "Python API: tablefree.data.loader.verify_dataset(DIR, hashes=True).",
+    )
+    verify.add_argument("dir", help="dataset directory (holding manifest.json)")
+    verify.add_argument(
+        "--no-hash", action="store_true", help="check sizes and headers only (fast on any size)"
+    )
+    verify.set_defaults(func=run_verify)
+
     download = verbs.add_parser(
         "download-evals",
         help="download the zero-shot evaluation sets, verifying sha256",
@@ -296,6 +310,14 @@ def run_adopt(args: argparse.Namespace) -> int:
         )
     print(f"wrote {args.dir}/manifest.json")
     return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from tablefree.data.loader import verify_dataset
+
+    check = verify_dataset(args.dir, hashes=not args.no_hash)
+    print(check.format())
+    return 0 if check.ok else 1
 
 
 def run_download(args: argparse.Namespace) -> int:
