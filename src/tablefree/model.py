@@ -238,7 +238,11 @@ def _name_seed(seed: int, name: str) -> int:
 
 
 def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
-    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory)."""
+    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory).
+
+    Interface seeds left to the training seed (``affine_seed: null``) are set to ``seed``; ``model.config``
+    holds the resolved config."""
+    config = config.resolve_seed(seed)
     with torch.device(device or "cpu"):
         model = TablefreeLM(config)
     model.init_weights(seed)

@@ -157,10 +157,28 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
     )
     download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
-    download.add_argument("--tasks", nargs="+", help="subset of the tasks (default: all with a known URL)")
+    download.add_argument(
+        "--tasks",
+        default="all",
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all)",
+    )
     download.add_argument("--base-url", help="a mirror serving the files under the same relative paths")
     download.add_argument("--force", action="store_true", help="download again even if present and verified")
     download.set_defaults(func=run_download)
+    _add_embedded_corpus(verbs)
+
+
+def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
+    corpus = verbs.add_parser(
+        "embedded-corpus",
+        help="write the embedded default corpus (Python and PyTorch documentation text), offline",
+        description="Gather English documentation text that ships with every Python and PyTorch install (the "
+        "demo's default corpus, about 4.5 MB) into OUT as JSONL, one {text, source} document a line, with "
+        "corpus.json beside it describing what was gathered. Deterministic for a given Python and PyTorch. "
+        "Python API: tablefree.demo.gather_default_corpus(OUT). See docs/demo.md.",
+    )
+    corpus.add_argument("out", metavar="OUT", help="the JSONL file to write, e.g. corpus/docs.jsonl")
+    corpus.set_defaults(func=run_embedded_corpus)
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
@@ -325,4 +343,15 @@ def run_download(args: argparse.Namespace) -> int:
 
     for path in download_evals(args.dir, tasks=args.tasks, base_url=args.base_url, force=args.force):
         print(f"ok {path}")
+    return 0
+
+
+def run_embedded_corpus(args: argparse.Namespace) -> int:
+    from tablefree.demo import gather_default_corpus
+
+    stats = gather_default_corpus(args.out)
+    print(
+        f"wrote {args.out}: {stats['documents']:,} documents, {stats['text_bytes'] / 1e6:.2f} MB of text "
+        f"(Python {stats['python']}, torch {stats['torch']}; sha256 {stats['sha256'][:16]}…)"
+    )
     return 0

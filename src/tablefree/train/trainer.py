@@ -199,7 +199,9 @@ class Trainer:
         # data, model config and the run's numbers
         self.data_dir = Path(config.data.dir)
         self.manifest = read_manifest(self.data_dir)
-        self.model_config = config.model.build(dataset_vocab_size=int(self.manifest["vocab_size"]))
+        self.model_config = config.model.build(
+            dataset_vocab_size=int(self.manifest["vocab_size"]), seed=config.seed
+        )
         self.plan = plan(config, self.model_config, info.world_size)
         self.config = config = resolved_config(config, self.model_config, self.plan.seq_len)
         self.precision = resolve_precision(config, self.device)
