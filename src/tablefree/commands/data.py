@@ -143,7 +143,11 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
     )
     download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
-    download.add_argument("--tasks", nargs="+", help="subset of the tasks (default: all with a known URL)")
+    download.add_argument(
+        "--tasks",
+        default="all",
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all)",
+    )
     download.add_argument("--base-url", help="a mirror serving the files under the same relative paths")
     download.add_argument("--force", action="store_true", help="download again even if present and verified")
     download.set_defaults(func=run_download)
