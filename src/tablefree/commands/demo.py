@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from tablefree.commands.compare import parse_seeds
+from tablefree.commands.eval import limit_arg
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -41,9 +42,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--eval-limit",
-        type=int,
+        type=limit_arg,
         default=500,
-        help="documents per benchmark (default: 500; 0 for the full sets, which takes much longer)",
+        metavar="N",
+        help="first N >= 1 documents of each benchmark, or 'all' for the full sets (much longer) "
+        "(default: %(default)s)",
     )
     parser.set_defaults(func=run)
 
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         seeds=args.seeds,
         budget=args.budget,
-        eval_limit=args.eval_limit or None,
+        eval_limit=args.eval_limit,
     )
     print()
     print(f"report: {Path(result['out']) / 'report.md'}")
