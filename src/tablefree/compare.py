@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.config import apply_overrides, from_dict, load_yaml, to_dict
+from tablefree.config import from_dict, from_dict_with_overrides, load_yaml, to_dict
 from tablefree.fileio import write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
 from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, read_json, run_directory, run_name
@@ -172,15 +172,11 @@ def load_compare_config(
 ) -> CompareConfig:
     """A CompareConfig from YAML, with dotted ``overrides`` (``eval.limit=null``, ``train.budget=1M``) and the
     command line's interface, seed and output choices applied."""
-    data = apply_overrides(load_yaml(path), overrides or [])
+    data = load_yaml(path)
     data.setdefault("name", Path(path).stem)
-    if interfaces is not None:
-        data["interfaces"] = interfaces
-    if seeds is not None:
-        data["seeds"] = seeds
-    if out is not None:
-        data["out"] = str(out)
-    config = from_dict(CompareConfig, data, where=str(path))
+    options = {"interfaces": interfaces, "seeds": seeds, "out": None if out is None else str(out)}
+    options = {key: value for key, value in options.items() if value is not None}
+    config = from_dict_with_overrides(CompareConfig, data, overrides or [], str(path), options)
     if config.train_config:
         config.train_config = str(
             _find_relative(config.train_config, Path(path).parent, f"{path}: train_config")

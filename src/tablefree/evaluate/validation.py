@@ -25,8 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest, split_shards
-from tablefree.data.shards import open_shard
+from tablefree.data.loader import MANIFEST, TokenLoader, document_bounds, read_manifest
 from tablefree.evaluate.metrics import mean_stderr
 
 
@@ -121,26 +120,12 @@ def validation_metrics(
     }
 
 
-def val_document_starts(data_dir: str) -> np.ndarray:
-    """Token offsets in the val split (shards concatenated) where each validation document starts: each
-    document begins with the end-of-text token (``document_separator: eot_before_each_document``)."""
-    manifest = read_manifest(data_dir)
-    eot = manifest.get("eot_id")
-    starts, offset = [], 0
-    for path in split_shards(data_dir, "val"):
-        tokens = open_shard(path)
-        starts.append(np.flatnonzero(tokens == eot) + offset if eot is not None else np.empty(0, np.int64))
-        offset += len(tokens)
-    found = np.concatenate(starts) if starts else np.empty(0, np.int64)
-    return found if found.size and found[0] == 0 else np.concatenate(([0], found)).astype(np.int64)
-
-
 class DocumentTally:
     """Sums of target nats and counts of target tokens per validation document, window by window (windows are
     the sequential ``TokenLoader`` chunks: ``(len(shard) - 1) // seq_len`` per shard, in shard order)."""
 
     def __init__(self, data_dir: str, seq_len: int) -> None:
-        self.starts = val_document_starts(data_dir)
+        self.starts = document_bounds(data_dir, "val")[:-1]
         self.seq_len = seq_len
         offsets, chunk_offsets = [], []
         offset = 0
