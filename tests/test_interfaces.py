@@ -103,3 +103,52 @@ def test_fast_path_matches_reference_construction(name: str, lift: str, bit_orde
     config = InterfaceConfig(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=5)
     out = build_interface(config, vocab, d)(torch.arange(vocab))
     assert torch.equal(out, _reference_lifted(name, config, vocab, d))
+
+
+DISTINCTNESS_SHAPES = [(49_152, 100), (3000, 50), (1000, 10), (300, 13)]
+
+
+@pytest.mark.parametrize("name", ["canonical", "affine"])
+@pytest.mark.parametrize("lift", ["tile", "interleave"])
+@pytest.mark.parametrize("bit_order", ["lsb", "msb"])
+@pytest.mark.parametrize("values", ["01", "pm1"])
+@pytest.mark.parametrize(("vocab", "d"), DISTINCTNESS_SHAPES)
+def test_every_id_gets_a_distinct_input(
+    name: str, lift: str, bit_order: str, values: str, vocab: int, d: int
+):
+    config = InterfaceConfig(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=1)
+    interface = build_interface(config, vocab, d)
+    table = interface(torch.arange(vocab))
+    # Rows are distinct if the K-bit codes read back from one column per bit are (cheaper than unique rows).
+    columns = _first_column_of_each_bit(interface.lift_index)
+    assert sorted(columns) == list(range(interface.num_bits))  # every bit has a copy
+    weights = torch.zeros(d, dtype=torch.int64)
+    for bit, column in columns.items():
+        weights[column] = 1 << bit
+    packed = ((table > 0).to(torch.int64) * weights).sum(1)
+    assert torch.unique(packed).numel() == vocab
+
+
+def _first_column_of_each_bit(index: torch.Tensor) -> dict[int, int]:
+    first: dict[int, int] = {}
+    for column, bit in enumerate(index.tolist()):
+        first.setdefault(bit, column)
+    return first
+
+
+def test_interleave_spreads_bits_when_runs_of_ceil_d_over_k_fall_short() -> None:
+    from tablefree.interfaces import lift_index
+
+    index = lift_index(16, 100, "interleave")  # r = 7 would reach bits 0..14 only
+    counts = torch.bincount(index, minlength=16)
+    assert counts.min() >= 6 and counts.max() <= 7 and counts.sum() == 100
+    assert torch.all(index[1:] >= index[:-1])  # still runs of one bit each
+    assert torch.equal(lift_index(16, 2048, "interleave"), torch.arange(2048) // 128)  # K | d: unchanged
+    assert torch.equal(lift_index(3, 7, "interleave"), torch.tensor([0, 0, 0, 1, 1, 1, 2]))  # already fine
+    assert torch.equal(lift_index(16, 100, "tile"), torch.arange(100) % 16)
+
+
+@pytest.mark.parametrize("lift", ["tile", "interleave"])
+def test_width_below_the_code_length_is_refused(lift: str) -> None:
+    with pytest.raises(ValueError, match=r"d_model \(8\) is smaller than the code's K = 10 bits"):
+        build_interface(InterfaceConfig(name="canonical", lift=lift), 1000, 8)

@@ -131,7 +131,7 @@ def test_round_trip_restores_the_checkpoint(tmp_path, tokenizer_path, case):
     export_hf(tmp_path / "ck", tmp_path / "hf")
     import_hf(tmp_path / "hf", tmp_path / "back")
     restored, _ = load_model(tmp_path / "back")
-    assert restored.config == config  # interface and its options included
+    assert restored.config == model.config  # interface and its options (resolved seed) included
     original = model.state_dict()
     for name, tensor in restored.state_dict().items():
         assert torch.equal(tensor, original[name]), name

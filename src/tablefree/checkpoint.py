@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tablefree.config import ModelConfig, from_dict, to_dict
+from tablefree.device import resolve_device
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
 from tablefree.model import TablefreeLM
 
@@ -99,24 +100,13 @@ def read_model_config(checkpoint: str | Path) -> ModelConfig:
 
 
 def usable_device(device: str | torch.device) -> torch.device:
-    """``device`` as a torch.device (``auto``: cuda when available, else cpu); a ValueError (not a deep torch
-    traceback) when it is malformed or its backend is absent on this machine."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r}: not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device}: CUDA is not available on this machine (use cpu)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device}: MPS is not available on this machine (use cpu)")
-    return device
+    """``device`` as a torch.device; ``tablefree.device.resolve_device`` (kept under this name for callers)."""
+    return resolve_device(device)
 
 
 def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tuple[TablefreeLM, Path]:
     """Load a model for inference: (model in eval mode, the resolved checkpoint directory)."""
-    device = usable_device(device)
+    device = resolve_device(device)
     directory = resolve_checkpoint(checkpoint)
     config = read_model_config(directory)
     with torch.device("meta"):

@@ -8,10 +8,10 @@ The fixed codes have **no trainable parameters and no V-sized buffer**: codes ar
 (``tablefree.codes``). Lifting a K-bit code to width d uses no trainable projection:
 
 * ``tile`` (default): the whole code repeated, ``x[j] = c[j mod K]`` — "repeated to model width".
-* ``interleave``: each bit repeated, ``x[j] = c[j // r]`` with ``r = ceil(d / K)``.
+* ``interleave``: each bit repeated, ``x[j] = c[j // r]`` with ``r = ceil(d / K)`` when that gives every bit a
+  copy, else ``x[j] = c[floor(j·K / d)]`` (each bit ⌊d/K⌋ or ⌈d/K⌉ times).
 
-When d is not a multiple of K the code is repeated ceil(d/K) times and truncated to d, so the last copy is
-partial (tile) or the last bits get fewer copies (interleave).
+Every bit gets at least one copy, so distinct ids always get distinct inputs; d < K is refused.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class FixedCode(nn.Module):
         self.vocab_size = vocab_size
         self.num_bits = num_bits(vocab_size)
         self.d_model = d_model
+        check_lift_width(self.num_bits, d_model)
         # int32 arithmetic moves half the bytes of int64; codes of up to 31 bits fit.
         self.code_dtype = torch.int32 if self.num_bits <= 31 else torch.int64
         # K- and d-sized, derived from the config, so not saved in checkpoints.
@@ -129,13 +130,31 @@ class FixedCode(nn.Module):
         return lifted.view(*ids.shape, self.d_model)
 
 
+def check_lift_width(k: int, d_model: int) -> None:
+    """A K-bit code lifted to width d < K would drop bits (distinct ids would share an input): refused."""
+    if d_model < k:
+        raise ValueError(
+            f"model.interface.lift: d_model ({d_model}) is smaller than the code's K = {k} bits, so bits "
+            f"{d_model}..{k - 1} would get no copy and distinct ids would share an input; use d_model >= {k}"
+        )
+
+
 def lift_index(k: int, d_model: int, lift: str) -> torch.Tensor:
-    """Which code-vector bit feeds each of the d input dimensions."""
+    """Which code-vector bit feeds each of the d input dimensions; every bit feeds at least one (d >= K).
+
+    ``interleave`` keeps its original rule, runs of r = ceil(d/K) copies, wherever that reaches every bit
+    (always when K divides d), so such checkpoints keep their meaning; where it would leave the last bits
+    without a copy (e.g. d=100, K=16: r=7 reaches only bits 0..14) it spreads the bits evenly instead:
+    x_j = c_{floor(j·K/d)}, each bit floor(d/K) or ceil(d/K) times.
+    """
+    check_lift_width(k, d_model)
     positions = torch.arange(d_model, device="cpu")
     if lift == "tile":
         return positions % k
     repeats = math.ceil(d_model / k)
-    return positions // repeats
+    if (k - 1) * repeats < d_model:  # the last bit's run starts inside the width
+        return positions // repeats
+    return positions * k // d_model
 
 
 @register_interface("canonical")

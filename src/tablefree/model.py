@@ -202,9 +202,8 @@ class TablefreeLM(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy, computed in fp32."""
-        logits = self(ids)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        """Mean next-token cross-entropy, computed in fp32 (``next_token_loss``)."""
+        return next_token_loss(self(ids), targets)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
@@ -228,12 +227,28 @@ class TablefreeLM(nn.Module):
             tensor.normal_(0.0, self.config.init_std, generator=generator)
 
 
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The model's loss: next-token cross-entropy in fp32, for logits (B, T, V) and targets (B, T).
+
+    ``reduction="mean"`` over all tokens (training); ``"none"`` gives the per-token losses (B, T), which
+    validation averages per window. Training and validation use this one function.
+    """
+    losses = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction
+    )
+    return losses if reduction != "none" else losses.view(targets.shape)
+
+
 def _name_seed(seed: int, name: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
 
 
 def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
-    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory)."""
+    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory).
+
+    Interface seeds left to the training seed (``affine_seed: null``) are set to ``seed``; ``model.config``
+    holds the resolved config."""
+    config = config.resolve_seed(seed)
     with torch.device(device or "cpu"):
         model = TablefreeLM(config)
     model.init_weights(seed)

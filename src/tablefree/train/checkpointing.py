@@ -7,7 +7,7 @@ Layout of a run's checkpoints::
         config.json         # {"model": ..., "train": the resolved TrainConfig}
         tokenizer.json      # copied from the dataset
         meta.json           # step, tokens_seen, tokenizer_hash, data_dir, ...
-        train_state.pt      # optimizer (keyed by parameter name), schedule step, RNG states, loader position
+        train_state.pt      # TrainState, optimizer (keyed by parameter name), RNG states, loader position
         COMPLETE            # written last
 
 A step directory is assembled under a hidden temporary name, marked COMPLETE, then renamed into place, so a

@@ -26,8 +26,7 @@ from tablefree.config import (
     PRESETS,
     InterfaceConfig,
     ModelConfig,
-    apply_overrides,
-    from_dict,
+    from_dict_with_overrides,
     load_yaml,
     parse_count,
     preset,
@@ -61,8 +60,9 @@ class ModelSpec:
                 f"model.preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)}"
             )
 
-    def build(self, dataset_vocab_size: int | None = None) -> ModelConfig:
-        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size.
+    def build(self, dataset_vocab_size: int | None = None, seed: int | None = None) -> ModelConfig:
+        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size; interface seeds that
+        follow the training seed (e.g. ``affine_seed: null``) are set to ``seed`` when given.
 
         An explicitly set ``vocab_size`` that disagrees with the dataset is an error (the model could not embed
         or predict the dataset's tokens); the preset's default vocabulary silently yields to the dataset's.
@@ -80,7 +80,8 @@ class ModelSpec:
                     "tokens; remove model.vocab_size (it defaults to the dataset's) or use a matching dataset"
                 )
             overrides["vocab_size"] = dataset_vocab_size
-        return preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        config = preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        return config if seed is None else config.resolve_seed(seed)
 
 
 @dataclass
@@ -255,5 +256,5 @@ def lr_at(step: int, total_steps: int, lr: float, schedule: ScheduleConfig) -> f
 def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """A TrainConfig from a YAML file (or the defaults when ``path`` is None) and ``a.b=value`` overrides."""
     data = load_yaml(path) if path is not None else {}
-    data = apply_overrides(data, overrides or [])
-    return from_dict(TrainConfig, data, where=str(path) if path is not None else "config")
+    where = str(path) if path is not None else "config"
+    return from_dict_with_overrides(TrainConfig, data, overrides or [], where)

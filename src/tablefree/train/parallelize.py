@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tablefree.device import resolve_device
+
 try:  # FSDP2 moved from the _composable namespace to torch.distributed.fsdp in torch 2.6
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:  # torch 2.4 / 2.5
@@ -47,11 +49,8 @@ class DistInfo:
 
 
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError("device: cuda was requested but no CUDA device is available")
-    return torch.device("cuda", local_rank)
+    """The device of this process: ``tablefree.device.resolve_device`` with torchrun's local rank."""
+    return resolve_device(requested, local_rank=local_rank)
 
 
 def init_distributed(requested_device: str = "auto", force_process_group: bool = False) -> DistInfo:
