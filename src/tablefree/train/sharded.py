@@ -36,7 +36,9 @@ def save_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
     """Write this rank's shards of the model and optimizer state under ``directory/sharded`` (a collective:
     every process calls it with the same ``directory``)."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(Path(directory) / SHARDED_DIR))
+    dcp.save(
+        {"model": model_state, "optimizer": optim_state}, checkpoint_id=str(Path(directory) / SHARDED_DIR)
+    )
 
 
 def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
