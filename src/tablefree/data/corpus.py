@@ -191,10 +191,44 @@ def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
         return gzip.open(source.path, "rb")
     if source.compression == "zst":
         zstandard = _zstandard(source)
-        raw = open(source.path, "rb")  # noqa: SIM115 - closed by the reader (closefd)
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
-        return io.BufferedReader(reader, READ_BLOCK)
+        raw = open(source.path, "rb")  # noqa: SIM115 - closed with the stream
+        return io.BufferedReader(_ZstdStream(raw, zstandard), READ_BLOCK)
     return open(source.path, "rb")
+
+
+class _ZstdStream(io.RawIOBase):
+    """Decompressed bytes of a zstd file of one or more frames. Unlike zstandard's stream reader, which
+    returns a truncated file's partial data as if it were whole, it raises an OSError when the file ends
+    inside a frame."""
+
+    def __init__(self, raw: io.BufferedIOBase, zstandard) -> None:
+        self.raw, self.zstandard = raw, zstandard
+        self.frame = None  # the decompressor of the frame being read
+        self.pending, self.leftover = b"", b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            chunk, self.leftover = self.leftover or self.raw.read(READ_BLOCK), b""
+            if not chunk:
+                if self.frame is not None:
+                    raise OSError("truncated zstd data: the file ends inside a frame")
+                return 0
+            if self.frame is None:
+                self.frame = self.zstandard.ZstdDecompressor().decompressobj()
+            self.pending = self.frame.decompress(chunk)
+            if self.frame.eof:
+                self.leftover, self.frame = self.frame.unused_data, None
+        size = min(len(buffer), len(self.pending))
+        buffer[:size] = self.pending[:size]
+        self.pending = self.pending[size:]
+        return size
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 def _zstandard(source: SourceFile):

@@ -232,11 +232,25 @@ def validation_documents(data_dir: str | Path) -> list[dict]:
     the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
     ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
     manifest = read_manifest(data_dir)
-    record = manifest.get("validation")
-    if isinstance(record, dict) and isinstance(record.get("items"), list):
-        return record["items"]
     bounds = document_bounds(data_dir, "val")
-    return [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    record = manifest.get("validation")
+    if record is None:
+        return plain
+    items = record.get("items") if isinstance(record, dict) else None
+    if not (
+        isinstance(items, list)
+        and len(items) == len(plain)
+        and all(
+            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
+            for i, p in zip(items, plain, strict=False)
+        )
+    ):
+        raise ValueError(
+            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
+            "the start and tokens of splits.val.document_starts"
+        )
+    return items
 
 
 class TokenLoader:
