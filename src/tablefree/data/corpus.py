@@ -382,14 +382,15 @@ class _BadCharacters:
         return text, items
 
     def _drop_bytes(self, text: str, first_line: int | None) -> list[Junk]:
-        items = []
+        by_line: dict[int | None, bytearray] = {}
         for match in _ESCAPED_BYTES.finditer(text):
             line = None if first_line is None else first_line + text.count("\n", 0, match.start())
-            raw = bytes(ord(c) - 0xDC00 for c in match.group())
+            by_line.setdefault(line, bytearray()).extend(ord(c) - 0xDC00 for c in match.group())
+        items = []
+        for line, raw in by_line.items():
             if len(self.byte_lines) < MAX_LINE_REPORTS:
-                junk = Junk(
-                    self.file, line, "invalid-utf8", f"{len(raw)} byte(s) not UTF-8 dropped: {raw.hex(' ')}"
-                )
+                detail = f"{len(raw)} byte(s) not UTF-8 dropped: {_hex(raw)}"
+                junk = Junk(self.file, line, "invalid-utf8", detail)
                 self.byte_lines.append(junk)
                 items.append(junk)
             else:
@@ -406,7 +407,7 @@ class _BadCharacters:
                     self.file,
                     None,
                     "invalid-utf8",
-                    f"{self.more_bytes} more byte(s) not UTF-8 dropped in {self.more_byte_lines} more places",
+                    f"{self.more_bytes} more byte(s) not UTF-8 dropped on {self.more_byte_lines} more lines",
                 )
             )
         if self.control:
@@ -561,7 +562,7 @@ class Corpus:
             try:
                 import pyarrow.parquet as pq
 
-                pq.ParquetFile(source.path).schema_arrow  # noqa: B018 - reads and checks the footer
+                pq.ParquetFile(source.path, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
             except Exception as error:
                 self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
                 encoding = "junk"
@@ -649,7 +650,7 @@ class Corpus:
         bad = _BadCharacters(source.rel)
         row = 0
         try:
-            parquet = pq.ParquetFile(source.path)
+            parquet = pq.ParquetFile(source.path, page_checksum_verification=True)
             if self.text_field not in parquet.schema_arrow.names:
                 yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
                 return
@@ -665,6 +666,10 @@ class Corpus:
                 f"corrupt parquet data after row {row} ({_short(str(error))})",
             )
         yield from bad.summary()
+
+
+def _hex(raw: bytes, limit: int = 16) -> str:
+    return raw[:limit].hex(" ") + (" …" if len(raw) > limit else "")
 
 
 def _short(message: str, limit: int = 200) -> str:

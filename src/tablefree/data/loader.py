@@ -90,6 +90,11 @@ def _check_manifest(manifest: object, path: Path) -> None:
                 fail(f"{where}.tokens", "must be a token count")
             if "sha256" in shard and not (isinstance(shard["sha256"], str) and len(shard["sha256"]) == 64):
                 fail(f"{where}.sha256", "must be a 64-digit hex string")
+        if "tokens" in split and split["tokens"] != sum(shard["tokens"] for shard in split["shards"]):
+            fail(
+                f"splits.{name}.tokens",
+                "must be the sum of its shards' tokens (a shard entry is missing or changed)",
+            )
     for key in ("vocab_size", "eot_id"):
         value = manifest.get(key)
         if key in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
