@@ -398,3 +398,25 @@ def test_validation_sections_round_trip_and_document_bounds(tmp_path) -> None:
     stream = np.concatenate([np.asarray(open_shard(p)) for p in split_shards(out, "val")])
     assert bounds.tolist() == [*np.flatnonzero(stream == manifest["eot_id"]).tolist(), len(stream)]
     assert [item["start"] for item in items] == bounds[:-1].tolist()
+
+
+def test_damaged_journal_or_manifest_is_an_error_naming_the_file(
+    jsonl_corpus, tokenizer_path, tmp_path
+) -> None:
+    root, _ = jsonl_corpus
+    out = tmp_path / "data"
+    out.mkdir()
+    kwargs = dict(tokenizer=tokenizer_path, workers=1, progress=False)
+    (out / STATE_FILE).write_text('{"fingerprint": "x",\n "splits": [')
+    with pytest.raises(ValueError, match=r"\.prepare-state\.json: malformed JSON \(.* at line 2\)"):
+        prepare_dataset(root, out, **kwargs)
+    (out / STATE_FILE).write_text(
+        json.dumps({"fingerprint": "x", "tokenizer_hash": "y", "splits": {"train": 1}})
+    )
+    with pytest.raises(ValueError, match=r"\.prepare-state\.json: field 'splits' must hold train and val"):
+        prepare_dataset(root, out, **kwargs)
+    (out / STATE_FILE).unlink()
+    manifest = prepare_dataset(root, out, **kwargs)
+    (out / "manifest.json").write_text(json.dumps(manifest)[:-20])
+    with pytest.raises(ValueError, match=r"manifest\.json: malformed JSON"):
+        prepare_dataset(root, out, **kwargs)

@@ -214,13 +214,19 @@ class TablefreeLM(nn.Module):
         itself from its options (``reset_fixed_state``)."""
         self.input.reset_fixed_state()
         for name, tensor in self.named_parameters():
-            if tensor.device.type == "meta":
-                continue
-            if name.endswith("norm.weight"):
-                tensor.fill_(1.0)
-            elif tensor.dim() == 2 and tensor.is_floating_point():
-                generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
-                tensor.normal_(0.0, self.config.init_std, generator=generator)
+            if tensor.device.type != "meta":
+                self.init_tensor(name, tensor, seed)
+
+    @torch.no_grad()
+    def init_tensor(self, name: str, tensor: torch.Tensor, seed: int = 0) -> None:
+        """Initialise the full tensor of parameter ``name`` in place, as ``init_weights`` does: a sharded
+        (meta-device) build initialises each full tensor with this and keeps its shard, so it gets the same
+        weights as an unsharded build."""
+        if name.endswith("norm.weight"):
+            tensor.fill_(1.0)
+        elif tensor.dim() == 2 and tensor.is_floating_point():
+            generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
+            tensor.normal_(0.0, self.config.init_std, generator=generator)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -7,7 +7,9 @@ adapter ``tablefree.evaluate.lm_eval_adapter``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from tablefree.commands.eval import limit_arg
 from tablefree.export import EXPORT_FORMATS
 
 
@@ -104,9 +106,17 @@ def add_lm_eval_tasks(subparsers: argparse._SubParsersAction) -> None:
         "--eval-data", default=None, help="eval data dir (default: $TABLEFREE_EVAL_DATA, cache)"
     )
     tasks.add_argument(
-        "--tasks", default=None, help="comma-separated tablefree task names (default: all ten)"
+        "--tasks",
+        default=None,
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all ten)",
     )
-    tasks.add_argument("--limit", type=int, default=None, help="first N records of each task")
+    tasks.add_argument(
+        "--limit",
+        type=limit_arg,
+        default=None,
+        metavar="N",
+        help="first N >= 1 records of each task (default: all)",
+    )
     tasks.add_argument(
         "--prefix", default="tablefree_", help="lm-eval task name prefix (default: tablefree_)"
     )
@@ -126,17 +136,13 @@ def _adapter():
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
     names = _adapter().write_local_tasks(
-        args.out_dir,
-        args.eval_data,
-        args.tasks.split(",") if args.tasks else None,
-        limit=args.limit,
-        prefix=args.prefix,
+        args.out_dir, args.eval_data, args.tasks, limit=args.limit, prefix=args.prefix
     )
     for ours, theirs in names.items():
         print(f"{ours:>14} -> {theirs}")
     print(
         f"run: tablefree lm-eval --model tablefree --model_args checkpoint=CHECKPOINT "
-        f"--include_path {args.out_dir} --tasks {','.join(names.values())}"
+        f"--include_path {Path(args.out_dir).resolve()} --tasks {','.join(names.values())}"
     )
     return 0
 

@@ -52,7 +52,7 @@ from tablefree.data.tokenizer import (
     tokenizer_hash,
     train_tokenizer_from_texts,
 )
-from tablefree.fileio import write_json_atomic
+from tablefree.fileio import read_json, write_json_atomic
 
 MANIFEST_VERSION = 1
 STATE_FILE = ".prepare-state.json"
@@ -572,7 +572,7 @@ def prepare_dataset(
 
     existing = out_dir / MANIFEST
     if existing.exists():
-        manifest = json.loads(existing.read_text(encoding="utf-8"))
+        manifest = read_manifest(out_dir)
         check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
         if manifest.get("fingerprint") != fingerprint:
             raise ValueError(
@@ -639,7 +639,8 @@ def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
                 f"{out_dir} holds shards but no manifest or journal; use another --out, or --overwrite"
             )
         return None
-    state = json.loads(path.read_text(encoding="utf-8"))
+    state = read_json(path)
+    _check_state(state, path)
     check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir}")
     if state["fingerprint"] != fingerprint:
         raise ValueError(
@@ -647,6 +648,53 @@ def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
             "or --overwrite"
         )
     return state
+
+
+def _check_state(state: object, path: Path) -> None:
+    """The journal's shape, so a damaged one is an error naming the field, not a traceback."""
+
+    def fail(name: str, expected: str) -> None:
+        raise ValueError(
+            f"{path}: field {name!r} {expected}; the journal of the interrupted preparation is damaged: "
+            "delete it (the shards are then prepared again) or use --overwrite"
+        )
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and -1 <= value < 2**62
+
+    if not isinstance(state, dict):
+        fail("(top level)", "must be a JSON object")
+    for key in ("fingerprint", "tokenizer_hash"):
+        if not isinstance(state.get(key), str):
+            fail(key, "must be a string")
+    splits = state.get("splits")
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
+        fail("splits", f"must hold {' and '.join(SPLITS)}")
+    for name, split in splits.items():
+        if not isinstance(split, dict):
+            fail(f"splits.{name}", "must be an object")
+        cursor = split.get("cursor")
+        if not (isinstance(cursor, list) and len(cursor) == 3 and all(map(is_int, cursor))):
+            fail(f"splits.{name}.cursor", "must be three integers")
+        if not isinstance(split.get("done"), bool):
+            fail(f"splits.{name}.done", "must be true or false")
+        starts = split.get("starts")
+        if starts is not None and not (isinstance(starts, list) and all(map(is_int, starts))):
+            fail(f"splits.{name}.starts", "must be a list of token offsets")
+        shards = split.get("shards")
+        if not isinstance(shards, list):
+            fail(f"splits.{name}.shards", "must be a list")
+        for i, shard in enumerate(shards):
+            where = f"splits.{name}.shards[{i}]"
+            if not isinstance(shard, dict):
+                fail(where, "must be an object")
+            if shard.get("file") != f"{name}_{i:06d}.bin":
+                fail(f"{where}.file", f"must be {name}_{i:06d}.bin")
+            if not is_int(shard.get("tokens")) or not isinstance(shard.get("sha256"), str):
+                fail(where, "must hold a token count and a sha256")
+            c = shard.get("cursor")
+            if not (isinstance(c, list) and len(c) == 3 and all(map(is_int, c))):
+                fail(f"{where}.cursor", "must be three integers")
 
 
 def _clear(out_dir: Path) -> None:

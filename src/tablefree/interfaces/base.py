@@ -80,6 +80,10 @@ class InputInterface(nn.Module):
     def reset_fixed_state(self) -> None:
         """(Re)compute the fixed buffers from the options, e.g. after ``to_empty`` on a meta-built model."""
 
+    def reset_buffers(self) -> None:
+        """``reset_fixed_state`` under the hook name ``train.parallelize.materialize`` calls."""
+        self.reset_fixed_state()
+
     def fixed_state(self) -> dict[str, torch.Tensor]:
         """The fixed (non-trainable) tensors a checkpoint saves: the persistent buffers."""
         parameters = {name for name, _ in self.named_parameters()}
