@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
 from tablefree.data.loader import MANIFEST, read_manifest
-from tablefree.data.shards import version_for_vocab, write_shard
+from tablefree.data.shards import read_header, version_for_vocab, write_shard
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -481,12 +481,20 @@ class SplitWriter:
         on_shard()
 
 
+def _count(path: Path) -> int | None:
+    """A shard's token count by its header, or None when the header is damaged."""
+    try:
+        return read_header(path)[1]
+    except ValueError:
+        return None
+
+
 def _valid_prefix(out_dir: Path, saved: dict) -> dict:
     """The journalled state of a split, cut back to its last shard that is on disk and intact."""
     good = 0
     for shard in saved["shards"]:
         path = out_dir / shard["file"]
-        if not path.exists() or sha256_file(path) != shard["sha256"]:
+        if not path.exists() or sha256_file(path) != shard["sha256"] or _count(path) != shard["tokens"]:
             break
         good += 1
     if good == len(saved["shards"]):
@@ -543,6 +551,12 @@ def prepare_dataset(
     if hub is None:
         reader = Corpus(corpus, text_field=text_field, strict=strict, gutenberg=gutenberg)
         summary = reader.scan(progress=progress)
+        if summary.documents == 0:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in summary.as_dict()["junk"].items())
+            raise ValueError(
+                f"{', '.join(map(str, reader.paths))}: no valid document to prepare (junk: {kinds}); "
+                "`tablefree data scan` names each file and line"
+            )
         docs = LocalDocuments(reader, summary, val_fraction, seed, val_documents, val_section_chars)
         sources = [asdict(f) for f in summary.files]
     else:
@@ -641,7 +655,7 @@ def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
         return None
     state = read_json(path)
     _check_state(state, path)
-    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir}")
+    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir} ({path.name})")
     if state["fingerprint"] != fingerprint:
         raise ValueError(
             f"{path}: an interrupted preparation of other inputs or settings is here; use another --out, "
@@ -695,6 +709,27 @@ def _check_state(state: object, path: Path) -> None:
             c = shard.get("cursor")
             if not (isinstance(c, list) and len(c) == 3 and all(map(is_int, c))):
                 fail(f"{where}.cursor", "must be three integers")
+        _check_state_split(split, name, fail)
+
+
+def _check_state_split(split: dict, name: str, fail) -> None:
+    """The journal's numbers must agree with each other: a resume from a wrong cursor would silently drop or
+    repeat text."""
+    shards, cursor = split["shards"], split["cursor"]
+    cursors = [shard["cursor"] for shard in shards]
+    if any(a > b for a, b in itertools.pairwise(cursors)):
+        fail(f"splits.{name}.shards", "must have non-decreasing cursors")
+    if shards and cursor != cursors[-1]:
+        fail(f"splits.{name}.cursor", "must be the cursor of its last shard")
+    if not shards and not split["done"] and cursor != [-1, 0, 0]:
+        fail(f"splits.{name}.cursor", "must be [-1, 0, 0] before the first shard")
+    starts = split.get("starts")
+    if starts:
+        if starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(starts)):
+            fail(f"splits.{name}.starts", "must start at 0 and increase")
+        written = sum(shard["tokens"] for shard in shards)
+        if sum(t < written for t in starts) != (cursors[-1][2] if shards else 0):
+            fail(f"splits.{name}.starts", "must count the documents its shards hold")
 
 
 def _clear(out_dir: Path) -> None:
