@@ -159,6 +159,7 @@ def setup(tmp_path_factory):
     return root, data, canonical, learned
 
 
+@pytest.mark.slow
 def test_cli_writes_json_markdown_and_figures(setup, capsys):
     root, data, canonical, learned = setup
     out = root / "out"
