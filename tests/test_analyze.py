@@ -278,3 +278,17 @@ def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, 
     assert "| layer | `canonical` |" in cka_table  # one learned seed: no learned-vs-learned ceiling
     assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in section
     assert sweep_analysis_markdown(runs[2:], tmp_path) == ""
+
+
+def test_code_sets_add_the_interface_code_only_when_it_differs_from_the_canonical_bits():
+    from tablefree.analysis import code_sets
+
+    names = {
+        label: [s.name for s in code_sets(tiny_model(interface))]
+        for label, interface in (
+            ("msb", {"name": "canonical", "bit_order": "msb"}),  # the same bits, reordered
+            ("affine", "affine"),
+            ("learned", "learned"),
+        )
+    }
+    assert names == {"msb": ["canonical"], "affine": ["canonical", "interface"], "learned": ["canonical"]}
