@@ -658,6 +658,13 @@ class Corpus:
                 for value in batch.column(0).to_pylist():
                     row += 1
                     yield self._record_text({self.text_field: value}, source.rel, row, bad)
+            if row != parquet.metadata.num_rows:  # a damaged page header can shorten a column silently
+                yield Junk(
+                    source.rel,
+                    None,
+                    "unreadable",
+                    f"read {row} rows, the file's metadata says {parquet.metadata.num_rows}: damaged pages",
+                )
         except Exception as error:  # pyarrow raises its own errors (ArrowInvalid, OSError) for corrupt data
             yield Junk(
                 source.rel,
