@@ -3,7 +3,8 @@
 Pre-norm blocks (RMSNorm or LayerNorm), rotary position embeddings in Hugging Face Llama's rotate-half
 convention, SwiGLU (or GELU) MLP, optional grouped-query attention, no biases, causal attention through
 ``scaled_dot_product_attention``, and an untied output head. The model knows nothing of parallelism
-(see ``tablefree.train.parallelize``) and nothing of the input interface beyond ``build_interface``.
+(see ``tablefree.train.parallelize``) and nothing of the input interface beyond its contract
+(``tablefree.interfaces.base.InputInterface``).
 
 Initialisation follows Hugging Face's Llama / SmolLM2 recipe: every Linear and embedding weight is drawn from
 N(0, init_std=0.02), norm gains are 1. Each tensor is drawn from its own generator seeded by (seed, parameter
@@ -207,11 +208,12 @@ class TablefreeLM(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
-        """N(0, init_std) for every matrix, ones for norm gains; one generator per (seed, name)."""
-        reset_buffers = getattr(self.input, "reset_buffers", None)
-        if reset_buffers is not None:
-            reset_buffers()
-        for name, tensor in list(self.named_parameters()) + list(self.named_buffers()):
+        """N(0, init_std) for every matrix parameter, ones for norm gains; one generator per (seed, name).
+
+        Only parameters are initialised here: an interface's buffers are its fixed state, which it computes
+        itself from its options (``reset_fixed_state``)."""
+        self.input.reset_fixed_state()
+        for name, tensor in self.named_parameters():
             if tensor.device.type != "meta":
                 self.init_tensor(name, tensor, seed)
 
