@@ -42,7 +42,7 @@ from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
-from tablefree.interfaces import check_token_ids
+from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing, sharded
@@ -394,8 +394,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for micro_step in range(run_plan.grad_accum):
             inputs, targets = device_batch(next(self.train_loader), self.device, self.model_config.vocab_size)
-            with gradient_sync(self.train_model, micro_step == run_plan.grad_accum - 1), self.autocast:
-                loss = next_token_loss(self.train_model(inputs), targets)
+            sync = micro_step == run_plan.grad_accum - 1
+            with gradient_sync(self.train_model, sync), self.autocast, ids_checked_by_caller():
+                loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
         train_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).item()
