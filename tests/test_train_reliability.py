@@ -73,14 +73,14 @@ def test_skip_mode_skips_the_update_and_keeps_the_files_valid_json(monkeypatch, 
 
 
 def test_non_finite_weights_are_never_written(monkeypatch, data_dir, tmp_path) -> None:
-    real_full_state = checkpointing.full_state
+    real_save = trainer.Trainer.save
 
-    def poisoned_full_state(model, optimizer):
-        model_state, optim_state = real_full_state(model, optimizer)
-        model_state["head.weight"] = model_state["head.weight"].clone().fill_(float("inf"))
-        return model_state, optim_state
+    def save_after_poisoning(self):  # weights gone non-finite by the time of the save
+        with torch.no_grad():
+            self.model.head.weight[0, 0] = float("inf")
+        return real_save(self)
 
-    monkeypatch.setattr(checkpointing, "full_state", poisoned_full_state)
+    monkeypatch.setattr(trainer.Trainer, "save", save_after_poisoning)
     run_dir = tmp_path / "run"
     with pytest.raises(
         NonFiniteLossError, match=r"step 2: non-finite weights .* in head.weight; no checkpoint"
@@ -88,6 +88,8 @@ def test_non_finite_weights_are_never_written(monkeypatch, data_dir, tmp_path) -
         train(micro_config(data_dir, budget="4 steps", checkpoint_every=2), run_dir)
     assert checkpointing.complete_checkpoints(run_dir) == []
     assert not list((run_dir / "checkpoints").glob(".step_*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "non-finite weights at step 2"
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@ from tablefree.checkpoint import (
     save_model_files,
 )
 from tablefree.fileio import read_json, write_json_atomic
+from tablefree.train import sharded
 
 T = TypeVar("T")
 TRAIN_STATE_FILE = "train_state.pt"
@@ -123,22 +124,31 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def staging_dir(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is assembled before it is renamed into place (the same path on every
+    process: the ranks of a sharded save write their shards there first)."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f".{step_dir_name(step)}.tmp"
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
-    model_state: dict[str, torch.Tensor],
+    model_state: dict[str, torch.Tensor] | None,
     train_state: dict[str, Any],
     config: dict[str, Any],
     meta: dict[str, Any],
     tokenizer_path: str | Path | None,
     keep_last: int = 0,
 ) -> Path:
-    """Write a complete step directory (call on the main process only) and prune old ones."""
+    """Write a complete step directory (call on the main process only) and prune old ones. ``model_state``
+    None: a sharded checkpoint, whose model and optimizer shards every process has already written into
+    ``staging_dir`` (``tablefree.train.sharded.save_sharded``)."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
-    tmp = root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)  # left over from a process killed while saving
+    tmp = staging_dir(run_dir, step)
+    if model_state is not None:
+        shutil.rmtree(tmp, ignore_errors=True)  # left over from a process killed while saving
     save_model_files(tmp, model_state, config, meta, tokenizer_path)
     if int(os.environ.get(KILL_DURING_SAVE_ENV, "0")) == step:
         os.kill(os.getpid(), 9)
@@ -152,10 +162,10 @@ def save_checkpoint(
 
 
 def file_digests(directory: Path) -> dict[str, str]:
-    """sha256 of every file in a checkpoint directory (COMPLETE aside)."""
+    """sha256 of every file in a checkpoint directory, sharded/ included, by relative path (COMPLETE aside)."""
     return {
-        path.name: sha256_file(path)
-        for path in sorted(directory.iterdir())
+        path.relative_to(directory).as_posix(): sha256_file(path)
+        for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != COMPLETE_MARKER
     }
 
@@ -253,9 +263,10 @@ def verify_digests(directory: str | Path, only: tuple[str, ...] | None = None) -
     for name, expected in digests.items():
         if only is not None and name not in only:
             continue
-        path = directory / str(name)
-        if Path(str(name)).name != name:
-            raise CheckpointError(f"{marker}: {name!r} is not a file name")
+        relative = Path(str(name))
+        if relative.is_absolute() or ".." in relative.parts:
+            raise CheckpointError(f"{marker}: {name!r} is not a file of the checkpoint")
+        path = directory / relative
         if not path.is_file():
             raise CheckpointError(f"{path}: missing (listed in {COMPLETE_MARKER})")
         if sha256_file(path) != expected:
@@ -274,6 +285,16 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return meta
+
+
+def non_finite_parameters(model: torch.nn.Module) -> list[str]:
+    """Names of parameters holding NaN or inf; under FSDP2 each process checks its own shards (no gather)."""
+    poisoned = []
+    for name, parameter in model.named_parameters():
+        local = parameter.to_local() if hasattr(parameter, "to_local") else parameter
+        if local.is_floating_point() and not bool(torch.isfinite(local.detach()).all()):
+            poisoned.append(name)
+    return poisoned
 
 
 def non_finite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
@@ -321,6 +342,47 @@ def load_for_resume(
             f"differs from the dataset's {tokenizer_hash!r}"
         )
     state = load_train_state(directory)
+    if sharded.is_sharded(directory):
+        restore_sharded(directory, model, optimizer, state)
+    else:
+        restore_full(directory, model, optimizer, state)
+    path = directory / TRAIN_STATE_FILE
+    try:
+        set_rng_state(state["rng"])
+    except Exception as error:
+        raise CheckpointError(
+            f"{path}: field 'rng' is not a set of generator states ({first_line(error)})"
+        ) from None
+    try:
+        loader.load_state_dict(state["loader"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+        raise CheckpointError(f"{path}: field 'loader' does not fit this run ({first_line(error)})") from None
+    return state
+
+
+def restore_sharded(
+    directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """Each process reads its own shards of the model and optimizer (the files' digests are already checked)."""
+    check_loader_state(state["loader"], directory / TRAIN_STATE_FILE)
+    try:
+        sharded.load_sharded(directory, model, optimizer)
+    except Exception as error:
+        raise CheckpointError(
+            f"{directory / sharded.SHARDED_DIR}: does not fit this model and optimizer "
+            f"({type(error).__name__}: {first_line(error)})"
+        ) from None
+    poisoned = non_finite_parameters(model)
+    if poisoned:
+        raise CheckpointError(
+            f"{directory / sharded.SHARDED_DIR}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3])}"
+        )
+
+
+def restore_full(
+    directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """model.safetensors and the optimizer in train_state.pt, checked against the model before loading."""
     model_state = load_model_state(directory)
     expected = expected_shapes(model)
     check_model_state(model_state, expected, directory / MODEL_FILE)
@@ -340,17 +402,6 @@ def load_for_resume(
             f"{directory / MODEL_FILE} / {TRAIN_STATE_FILE}: do not fit this model and optimizer "
             f"({type(error).__name__}: {first_line(error)})"
         ) from None
-    try:
-        set_rng_state(state["rng"])
-    except Exception as error:
-        raise CheckpointError(
-            f"{path}: field 'rng' is not a set of generator states ({first_line(error)})"
-        ) from None
-    try:
-        loader.load_state_dict(state["loader"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
-        raise CheckpointError(f"{path}: field 'loader' does not fit this run ({first_line(error)})") from None
-    return state
 
 
 def load_newest(

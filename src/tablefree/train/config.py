@@ -53,8 +53,8 @@ class ModelSpec:
     init_std: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.interface, str):  # `model.interface=affine` on the command line
-            self.interface = InterfaceConfig(name=self.interface)
+        if type(self.interface) is InterfaceConfig or not isinstance(self.interface, InterfaceConfig):
+            self.interface = InterfaceConfig.from_config(self.interface, "interface")  # `interface: affine`
         if self.preset not in PRESETS:
             raise ValueError(
                 f"model.preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)}"
@@ -156,6 +156,9 @@ class TrainConfig:
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
+    # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
+    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
+    checkpoint_format: str = "auto"
 
     def __post_init__(self) -> None:
         self.budget = str(self.budget)
@@ -170,6 +173,10 @@ class TrainConfig:
             (
                 self.on_nonfinite in ("stop", "skip"),
                 f"on_nonfinite: expected stop|skip, got {self.on_nonfinite!r}",
+            ),
+            (
+                self.checkpoint_format in ("auto", "full", "sharded"),
+                f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",
             ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),

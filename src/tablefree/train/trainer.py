@@ -31,6 +31,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import signal
 import sys
 import threading
@@ -49,9 +50,10 @@ from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
-from tablefree.train import checkpointing
+from tablefree.train import checkpointing, sharded
 from tablefree.train.config import ModelSpec, Plan, TrainConfig, lr_at, plan
 from tablefree.train.parallelize import (
     DistInfo,
@@ -133,8 +135,9 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # foreach on both devices; fused only exists for floating-point CUDA tensors.
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    # Fused on CUDA (one kernel over all tensors); foreach on the CPU.
+    on_cuda = any(p.device.type == "cuda" for p in decay + no_decay)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda)
 
 
 def resolve_precision(config: TrainConfig, device: torch.device) -> str:
@@ -306,7 +309,9 @@ class Trainer:
 
     def _build_model_and_data(self) -> None:
         config, info = self.config, self.info
-        self.model = build_model(self.model_config, seed=config.seed, device=self.device)
+        # FSDP2: built on the meta device; parallelize() materialises only this rank's shards.
+        build_on = "meta" if config.parallel == "fsdp" else self.device
+        self.model = build_model(self.model_config, seed=config.seed, device=build_on)
         self.train_model = parallelize(
             self.model,
             info,
@@ -314,8 +319,12 @@ class Trainer:
             compile=config.compile,
             activation_checkpointing=config.activation_checkpointing,
             param_dtype=torch.bfloat16 if self.precision == "bf16" else None,
+            seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
+        self.sharded_checkpoints = config.checkpoint_format == "sharded" or (
+            config.checkpoint_format == "auto" and config.parallel == "fsdp" and info.world_size > 1
+        )
         loader_args = dict(seed=config.seed, rank=info.rank, world_size=info.world_size)
         self.train_loader = TokenLoader.from_dir(
             self.data_dir,
@@ -476,11 +485,10 @@ class Trainer:
 
         loss_sum = torch.zeros((), device=self.device)
         for micro_step in range(run_plan.grad_accum):
-            inputs, targets = next(self.train_loader)
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
-            with gradient_sync(self.train_model, micro_step == run_plan.grad_accum - 1), self.autocast:
-                loss = next_token_loss(self.train_model(inputs), targets)
+            inputs, targets = device_batch(next(self.train_loader), self.device, self.model_config.vocab_size)
+            sync = micro_step == run_plan.grad_accum - 1
+            with gradient_sync(self.train_model, sync), self.autocast, ids_checked_by_caller():
+                loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
         mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum)
@@ -604,8 +612,7 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
-        model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
-        poisoned = checkpointing.non_finite_tensors(model_state)  # empty off rank 0 under FSDP2
+        poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
         if any_rank(bool(poisoned), self.device):
             last = checkpointing.latest_checkpoint(self.run_dir)
             raise NonFiniteLossError(
@@ -614,6 +621,15 @@ class Trainer:
                 + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
                 stop_reason=f"non-finite weights at step {state.step}",
             )
+        if self.sharded_checkpoints:  # every rank writes its shards into the staging directory first
+            staging = checkpointing.staging_dir(self.run_dir, state.step)
+            if self.info.is_main:
+                shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while saving
+            barrier()
+            sharded.save_sharded(staging, self.train_model, self.optimizer)
+            model_state, optim_state = None, {"in": sharded.SHARDED_DIR}
+        else:
+            model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
         path = None
         if self.info.is_main:
             train_state = {
@@ -698,6 +714,19 @@ class Trainer:
 
 # --------------------------------------------------------------------------------------------------------
 # Pieces of the loop
+
+
+def device_batch(
+    batch: tuple[torch.Tensor, torch.Tensor], device: torch.device, vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loader batch on ``device``: token ids range-checked here, on the CPU (a check of the device tensor would
+    make the host wait for the device), and copied asynchronously from pinned memory on CUDA."""
+    inputs, targets = batch
+    check_token_ids(inputs, vocab_size)
+    check_token_ids(targets, vocab_size)
+    if device.type == "cuda":
+        inputs, targets = inputs.pin_memory(), targets.pin_memory()
+    return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
 
 @contextlib.contextmanager
@@ -888,6 +917,7 @@ OPERATIONAL_FIELDS = (
     "keep_last",
     "micro_batch",
     "on_nonfinite",
+    "checkpoint_format",
 )
 CHANGES_FILE = "config_changes.json"
 
