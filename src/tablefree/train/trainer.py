@@ -53,6 +53,7 @@ from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
+from tablefree.rundir import RUN_FILES, read_jsonl
 from tablefree.train import checkpointing, sharded
 from tablefree.train.config import ModelSpec, Plan, TrainConfig, lr_at, plan
 from tablefree.train.parallelize import (
@@ -65,9 +66,9 @@ from tablefree.train.parallelize import (
     parallelize,
 )
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
+CONFIG_FILE = RUN_FILES["config"]
+METRICS_FILE = RUN_FILES["metrics"]
+SUMMARY_FILE = RUN_FILES["summary"]
 # Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
 KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
 
@@ -884,21 +885,12 @@ class RunDirInUseError(FileExistsError):
 
 
 def truncate_metrics(path: Path, after_step: int) -> None:
-    """Drop records past ``after_step`` (left by a process killed after its last checkpoint), atomically."""
+    """Drop records past ``after_step`` (left by a process killed after its last checkpoint), atomically; a torn
+    last line goes too (``rundir.read_jsonl``'s one rule), and an old bare NaN becomes null."""
     if not path.exists():
         return
-    kept = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):  # only the last line can be cut short by a kill
-                continue
-            raise ValueError(f"{path}:{number}: not a JSON record ({error})") from error
-        if record.get("step", 0) <= after_step:
-            kept.append(line)
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
+    kept = [record for record in read_jsonl(path) if record.get("step", 0) <= after_step]
+    write_text_atomic(path, "".join(json.dumps(finite_or_null(r), allow_nan=False) + "\n" for r in kept))
 
 
 # Fields that decide what the run computes and cannot change on resume, even when asked: the weights, the
