@@ -159,14 +159,15 @@ def setup(tmp_path_factory):
     return root, data, canonical, learned
 
 
+@pytest.mark.slow
 def test_cli_writes_json_markdown_and_figures(setup, capsys):
     root, data, canonical, learned = setup
     out = root / "out"
-    args = ["analyze", str(canonical), "--reference", str(learned), "--out", str(out), "--positions", "1024"]
+    args = ["analyze", str(canonical), "--reference", str(learned), "--out", str(out), "--positions", "512"]
     assert main([*args, "--words", "t1,t2,missing"]) == 0
     result = json.loads((out / "analysis.json").read_text())
     assert result["probes"]["code_sets"]["canonical"]["accuracy"][0] == [1.0] * 7
-    assert result["probes"]["positions"]["fit"] + result["probes"]["positions"]["score"] == 1024
+    assert result["probes"]["positions"]["fit"] + result["probes"]["positions"]["score"] == 512
     assert result["data"] == str(data)  # from the checkpoint's meta.json
     emb = result["embeddings"]
     assert len(emb["cka_reference_table"]) == 3 and all(0 <= v <= 1 for v in emb["cka_reference_table"])
@@ -225,3 +226,69 @@ def test_error_out_directory_that_is_not_an_analysis(setup, tmp_path, capsys):
     assert main(["analyze", str(canonical), "--out", str(tmp_path)]) == 1
     assert "is not an analysis directory" in capsys.readouterr().err
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Inside a comparison sweep (compare's `analysis: true`)
+
+
+def test_sweep_reference_is_the_learned_run_of_the_same_seed_or_the_next_seed_for_learned():
+    from types import SimpleNamespace
+
+    from tablefree.analysis.sweep import reference_for
+
+    runs = [
+        SimpleNamespace(name=f"{i}-s{s}", interface=i, seed=s)
+        for i in ("learned", "affine")
+        for s in (0, 1, 2)
+    ]
+    finished = {r.name for r in runs} - {"learned-s2"}
+    by_name = {r.name: r for r in runs}
+    assert reference_for(by_name["affine-s1"], runs, finished).name == "learned-s1"
+    assert reference_for(by_name["affine-s2"], runs, finished) is None  # its learned run did not finish
+    assert reference_for(by_name["learned-s0"], runs, finished).name == "learned-s1"
+    assert reference_for(by_name["learned-s1"], runs, finished).name == "learned-s0"  # wraps around
+
+
+@pytest.mark.slow
+def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, tmp_path):
+    from types import SimpleNamespace
+
+    from tablefree.analysis.sweep import analyze_runs, sweep_analysis_markdown
+
+    _, data, _, _ = setup
+    runs = []
+    for interface in ("learned", "canonical", "affine"):
+        directory = save_checkpoint(tmp_path / "runs" / f"{interface}-s0", tiny_model(interface), data)
+        runs.append(SimpleNamespace(name=f"{interface}-s0", interface=interface, seed=0, directory=directory))
+    runs[0].recipe = {"data": {"dir": str(data)}}
+    logged = []
+    outcome = analyze_runs(runs, {"learned-s0", "canonical-s0"}, positions=512, log=logged.append)
+    assert outcome == {"learned-s0": "done", "canonical-s0": "done"}  # affine-s0 did not finish
+    assert any("canonical-s0 against learned-s0" in line for line in logged)
+    assert analyze_runs(runs, {"learned-s0", "canonical-s0"}, positions=512, log=logged.append) == {
+        "learned-s0": "skipped",
+        "canonical-s0": "skipped",
+    }
+    section = sweep_analysis_markdown(runs, tmp_path, level=2)
+    probe_table = section.split("**Canonical-bit probe accuracy (mean over bits)**")[1]
+    assert "| layer | `learned` | `canonical` |" in probe_table
+    assert "| 0 | " in probe_table and " | 100.0% |\n" in probe_table.split("| 1 |")[0]
+    cka_table = section.split("**Linear CKA")[1].split("\n**")[0]
+    assert "| layer | `canonical` |" in cka_table  # one learned seed: no learned-vs-learned ceiling
+    assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in section
+    assert sweep_analysis_markdown(runs[2:], tmp_path) == ""
+
+
+def test_code_sets_add_the_interface_code_only_when_it_differs_from_the_canonical_bits():
+    from tablefree.analysis import code_sets
+
+    names = {
+        label: [s.name for s in code_sets(tiny_model(interface))]
+        for label, interface in (
+            ("msb", {"name": "canonical", "bit_order": "msb"}),  # the same bits, reordered
+            ("affine", "affine"),
+            ("learned", "learned"),
+        )
+    }
+    assert names == {"msb": ["canonical"], "affine": ["canonical", "interface"], "learned": ["canonical"]}

@@ -47,11 +47,23 @@ def code_sets(model: TablefreeLM) -> list[CodeSet]:
         )
     ]
     own = interface_code_bits(model.input)
+    if own is None:
+        return sets
+    every_id = torch.arange(vocab_size)
+    own_bits = own(every_id)
+    if _same_columns(own_bits, ids_to_bits(every_id, k, "lsb")):
+        return sets  # the canonical bits, maybe reordered (canonical, msb order, a code under a projection)
     name = model.config.interface.name
-    if own is not None and name != "canonical":
-        width = int(own(torch.zeros(1, dtype=torch.int64)).shape[-1])
-        sets.append(CodeSet("interface", f"the {name} interface's own {width}-bit code", width, own))
+    width = own_bits.shape[-1]
+    sets.append(CodeSet("interface", f"the {name} interface's own {width}-bit code", width, own))
     return sets
+
+
+def _same_columns(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two (V, K) bit matrices hold the same columns, in any order."""
+    if a.shape != b.shape:
+        return False
+    return sorted(map(tuple, a.T.tolist())) == sorted(map(tuple, b.T.tolist()))
 
 
 def interface_code_bits(interface: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor] | None:
