@@ -199,7 +199,7 @@ def _find_relative(name: str, base: Path, where: str) -> Path:
 def base_recipe(config: CompareConfig) -> dict[str, Any]:
     """The shared training recipe as a train-config dict: ``train_config`` with ``train`` merged over it."""
     recipe = load_yaml(config.train_config) if config.train_config else {}
-    recipe = _deep_merge(recipe, config.train)
+    recipe = deep_merge(recipe, config.train)
     if config.dataset.dir:
         recipe.setdefault("data", {})["dir"] = config.dataset.dir
     if not (recipe.get("data") or {}).get("dir"):
@@ -221,11 +221,11 @@ def run_recipe(recipe: dict[str, Any], interface: str, seed: int) -> dict[str, A
     return run
 
 
-def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -255,7 +255,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     recipe = base_recipe(config)
     plans = []
     for point in config.grid.points() or [{"name": "", "train": {}}]:
-        point_recipe = _deep_merge(recipe, point["train"])
+        point_recipe = deep_merge(recipe, point["train"])
         for interface in config.interfaces:
             for seed in config.seeds:
                 run = run_recipe(point_recipe, interface, seed)
@@ -268,10 +268,12 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
 
 def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
     """Everything knowable before training, for every run: its recipe builds a model (interface options
-    included) on the dataset's vocabulary, and the evaluation's tasks and files exist."""
+    included) on the dataset's vocabulary, its step plan holds (batch, budget, warmup), and the evaluation's
+    tasks and files exist."""
     from tablefree.data.loader import read_manifest
     from tablefree.params import param_breakdown
     from tablefree.train.config import TrainConfig
+    from tablefree.train.config import plan as step_plan
 
     check_eval_data(config)
     vocab = None
@@ -280,7 +282,9 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
         if vocab is None and (Path(train_config.data.dir) / "manifest.json").exists():
             vocab = read_manifest(train_config.data.dir).get("vocab_size")
         try:
-            param_breakdown(train_config.model.build(vocab))  # builds the model on the meta device
+            model_config = train_config.model.build(vocab)
+            param_breakdown(model_config)  # builds the model on the meta device
+            step_plan(train_config, model_config, max(1, config.launch.nproc_per_node))  # steps, warmup
         except (ValueError, TypeError, KeyError) as error:
             raise ValueError(f"recipe of {plan.name}: {error}") from error
 
