@@ -161,7 +161,7 @@ def test_utf8_with_a_few_bad_bytes_stays_utf8_and_names_each_line(tmp_path) -> N
     assert len(named) == 10 and named[0].line == 2
     rest = len(re.findall(rb"line \xfe1", bad)) - 10
     assert [j.detail for j in summary.junk if j.line is None] == [
-        f"{rest} more byte(s) not UTF-8 dropped in {rest} more places"
+        f"{rest} more byte(s) not UTF-8 dropped on {rest} more lines"
     ]
 
 

@@ -191,10 +191,44 @@ def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
         return gzip.open(source.path, "rb")
     if source.compression == "zst":
         zstandard = _zstandard(source)
-        raw = open(source.path, "rb")  # noqa: SIM115 - closed by the reader (closefd)
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
-        return io.BufferedReader(reader, READ_BLOCK)
+        raw = open(source.path, "rb")  # noqa: SIM115 - closed with the stream
+        return io.BufferedReader(_ZstdStream(raw, zstandard), READ_BLOCK)
     return open(source.path, "rb")
+
+
+class _ZstdStream(io.RawIOBase):
+    """Decompressed bytes of a zstd file of one or more frames. Unlike zstandard's stream reader, which
+    returns a truncated file's partial data as if it were whole, it raises an OSError when the file ends
+    inside a frame."""
+
+    def __init__(self, raw: io.BufferedIOBase, zstandard) -> None:
+        self.raw, self.zstandard = raw, zstandard
+        self.frame = None  # the decompressor of the frame being read
+        self.pending, self.leftover = b"", b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            chunk, self.leftover = self.leftover or self.raw.read(READ_BLOCK), b""
+            if not chunk:
+                if self.frame is not None:
+                    raise OSError("truncated zstd data: the file ends inside a frame")
+                return 0
+            if self.frame is None:
+                self.frame = self.zstandard.ZstdDecompressor().decompressobj()
+            self.pending = self.frame.decompress(chunk)
+            if self.frame.eof:
+                self.leftover, self.frame = self.frame.unused_data, None
+        size = min(len(buffer), len(self.pending))
+        buffer[:size] = self.pending[:size]
+        self.pending = self.pending[size:]
+        return size
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 def _zstandard(source: SourceFile):
@@ -348,14 +382,15 @@ class _BadCharacters:
         return text, items
 
     def _drop_bytes(self, text: str, first_line: int | None) -> list[Junk]:
-        items = []
+        by_line: dict[int | None, bytearray] = {}
         for match in _ESCAPED_BYTES.finditer(text):
             line = None if first_line is None else first_line + text.count("\n", 0, match.start())
-            raw = bytes(ord(c) - 0xDC00 for c in match.group())
+            by_line.setdefault(line, bytearray()).extend(ord(c) - 0xDC00 for c in match.group())
+        items = []
+        for line, raw in by_line.items():
             if len(self.byte_lines) < MAX_LINE_REPORTS:
-                junk = Junk(
-                    self.file, line, "invalid-utf8", f"{len(raw)} byte(s) not UTF-8 dropped: {raw.hex(' ')}"
-                )
+                detail = f"{len(raw)} byte(s) not UTF-8 dropped: {_hex(raw)}"
+                junk = Junk(self.file, line, "invalid-utf8", detail)
                 self.byte_lines.append(junk)
                 items.append(junk)
             else:
@@ -372,7 +407,7 @@ class _BadCharacters:
                     self.file,
                     None,
                     "invalid-utf8",
-                    f"{self.more_bytes} more byte(s) not UTF-8 dropped in {self.more_byte_lines} more places",
+                    f"{self.more_bytes} more byte(s) not UTF-8 dropped on {self.more_byte_lines} more lines",
                 )
             )
         if self.control:
@@ -527,7 +562,7 @@ class Corpus:
             try:
                 import pyarrow.parquet as pq
 
-                pq.ParquetFile(source.path).schema_arrow  # noqa: B018 - reads and checks the footer
+                pq.ParquetFile(source.path, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
             except Exception as error:
                 self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
                 encoding = "junk"
@@ -615,7 +650,7 @@ class Corpus:
         bad = _BadCharacters(source.rel)
         row = 0
         try:
-            parquet = pq.ParquetFile(source.path)
+            parquet = pq.ParquetFile(source.path, page_checksum_verification=True)
             if self.text_field not in parquet.schema_arrow.names:
                 yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
                 return
@@ -623,6 +658,13 @@ class Corpus:
                 for value in batch.column(0).to_pylist():
                     row += 1
                     yield self._record_text({self.text_field: value}, source.rel, row, bad)
+            if row != parquet.metadata.num_rows:  # a damaged page header can shorten a column silently
+                yield Junk(
+                    source.rel,
+                    None,
+                    "unreadable",
+                    f"read {row} rows, the file's metadata says {parquet.metadata.num_rows}: damaged pages",
+                )
         except Exception as error:  # pyarrow raises its own errors (ArrowInvalid, OSError) for corrupt data
             yield Junk(
                 source.rel,
@@ -631,6 +673,10 @@ class Corpus:
                 f"corrupt parquet data after row {row} ({_short(str(error))})",
             )
         yield from bad.summary()
+
+
+def _hex(raw: bytes, limit: int = 16) -> str:
+    return raw[:limit].hex(" ") + (" …" if len(raw) > limit else "")
 
 
 def _short(message: str, limit: int = 200) -> str:

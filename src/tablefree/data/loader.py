@@ -42,7 +42,9 @@ def read_manifest(data_dir: str | Path) -> dict:
 def _not_prepared_hint(data_dir: Path) -> str:
     """Why ``data_dir`` is no dataset, and the command that makes one (never into the corpus itself)."""
     if data_dir.is_dir() and _holds_corpus_files(data_dir):
-        out = data_dir.with_name(f"{data_dir.name}-prepared")
+        out = Path("data") / data_dir.name  # beside the run's other data, never inside someone's corpus
+        if out.resolve() == data_dir.resolve():
+            out = Path("data") / f"{data_dir.name}-prepared"
         return (
             f"{data_dir} holds raw corpus files, not a prepared dataset; prepare it into a directory of its "
             f"own (`tablefree data prepare {data_dir} --out {out}`) and point data.dir at {out}"
@@ -90,6 +92,11 @@ def _check_manifest(manifest: object, path: Path) -> None:
                 fail(f"{where}.tokens", "must be a token count")
             if "sha256" in shard and not (isinstance(shard["sha256"], str) and len(shard["sha256"]) == 64):
                 fail(f"{where}.sha256", "must be a 64-digit hex string")
+        if "tokens" in split and split["tokens"] != sum(shard["tokens"] for shard in split["shards"]):
+            fail(
+                f"splits.{name}.tokens",
+                "must be the sum of its shards' tokens (a shard entry is missing or changed)",
+            )
     for key in ("vocab_size", "eot_id"):
         value = manifest.get(key)
         if key in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -232,11 +239,25 @@ def validation_documents(data_dir: str | Path) -> list[dict]:
     the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
     ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
     manifest = read_manifest(data_dir)
-    record = manifest.get("validation")
-    if isinstance(record, dict) and isinstance(record.get("items"), list):
-        return record["items"]
     bounds = document_bounds(data_dir, "val")
-    return [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    record = manifest.get("validation")
+    if record is None:
+        return plain
+    items = record.get("items") if isinstance(record, dict) else None
+    if not (
+        isinstance(items, list)
+        and len(items) == len(plain)
+        and all(
+            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
+            for i, p in zip(items, plain, strict=False)
+        )
+    ):
+        raise ValueError(
+            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
+            "the start and tokens of splits.val.document_starts"
+        )
+    return items
 
 
 class TokenLoader:
