@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.report.analysis import UNIGRAM_FLAG, VAL_LOSS, human
+from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, human
 from tablefree.stats import fmt
 
 ESTIMATE_NAME = "in-training validation estimate"
