@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "tablefree.commands.compare",
     "tablefree.commands.train",
     "tablefree.commands.eval",
+    "tablefree.commands.analyze",
     "tablefree.commands.data",
     "tablefree.commands.interop",
     "tablefree.commands.params",

@@ -21,21 +21,31 @@ T = TypeVar("T")
 
 @dataclass
 class InterfaceConfig:
-    """The input interface: how a token id becomes a d-dimensional input vector."""
+    """Base of every input interface's options: the interface's registered name, then its own options.
 
-    name: str = "learned"  # learned | canonical | affine (see tablefree.interfaces.INTERFACES)
-    lift: str = "tile"  # tile: the whole K-bit code repeated; interleave: each bit repeated
-    values: str = "01"  # "01": bits as {0, 1};  "pm1": bits as {-1, +1}
-    bit_order: str = "lsb"  # lsb | msb
-    # Seed of the fixed random affine map (A, b). None (default): the training seed, so the choice of A is part
-    # of the seed variation of a sweep; an int holds A fixed across seeds.
-    affine_seed: int | None = None
+    Each interface declares its own subclass (``tablefree.interfaces``: ``CodeOptions`` for ``canonical``,
+    ``AffineOptions`` for ``affine``, ...), and a saved or typed ``{name: ..., option: ...}`` mapping is read
+    into the subclass registered under ``name`` (``from_config``). An option of another interface is dropped
+    (so one recipe can carry options for every interface of a sweep, and checkpoints of the earlier flat format
+    load); an option no interface has, or an unknown name, is an error naming the field.
+    """
+
+    name: str = "learned"
+    # Options whose None means "the training seed": ``resolve_seed`` fills them in (e.g. affine's affine_seed).
+    SEED_OPTIONS: typing.ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, value: Any, where: str = "model.interface") -> InterfaceConfig:
+        """The options of the interface named in ``value`` (a name, a mapping, or options to re-read)."""
+        # The registry imports torch, so only when a config is read.
+        from tablefree.interfaces import parse_interface_options
+
+        return parse_interface_options(value, where)
 
     def resolve_seed(self, seed: int) -> InterfaceConfig:
         """These options with every seed left to the training seed (None) set to ``seed``."""
-        if self.name != "affine" or self.affine_seed is not None:
-            return self
-        return dataclasses.replace(self, affine_seed=seed)
+        unset = {name: seed for name in self.SEED_OPTIONS if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset else self
 
 
 @dataclass
@@ -55,10 +65,8 @@ class ModelConfig:
     interface: InterfaceConfig = field(default_factory=InterfaceConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.interface, str):
-            self.interface = InterfaceConfig(name=self.interface)
-        elif isinstance(self.interface, dict):
-            self.interface = from_dict(InterfaceConfig, self.interface, where="model.interface")
+        if type(self.interface) is InterfaceConfig or not isinstance(self.interface, InterfaceConfig):
+            self.interface = InterfaceConfig.from_config(self.interface, "interface")  # a name, a dict
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         checks = [
@@ -126,7 +134,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """A ModelConfig from a named preset, with keyword overrides (``interface`` may be a dict or a name)."""
+    """A ModelConfig from a named preset, with keyword overrides (``interface``: a name, a dict or options)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     data: dict[str, Any] = dict(PRESETS[name])
@@ -193,6 +201,8 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
                 errors.append(str(error))
         raise ValueError(errors[0] if errors else _at(where, f"bad value {value!r}"))
     if dataclasses.is_dataclass(hint):
+        if hasattr(hint, "from_config"):  # a polymorphic section (the input interface) reads itself
+            return hint.from_config(value, where)
         return value if isinstance(value, hint) else from_dict(hint, value, where)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):

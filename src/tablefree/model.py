@@ -3,7 +3,8 @@
 Pre-norm blocks (RMSNorm or LayerNorm), rotary position embeddings in Hugging Face Llama's rotate-half
 convention, SwiGLU (or GELU) MLP, optional grouped-query attention, no biases, causal attention through
 ``scaled_dot_product_attention``, and an untied output head. The model knows nothing of parallelism
-(see ``tablefree.train.parallelize``) and nothing of the input interface beyond ``build_interface``.
+(see ``tablefree.train.parallelize``) and nothing of the input interface beyond its contract
+(``tablefree.interfaces.base.InputInterface``).
 
 Initialisation follows Hugging Face's Llama / SmolLM2 recipe: every Linear and embedding weight is drawn from
 N(0, init_std=0.02), norm gains are 1. Each tensor is drawn from its own generator seeded by (seed, parameter
@@ -207,18 +208,25 @@ class TablefreeLM(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
-        """N(0, init_std) for every matrix, ones for norm gains; one generator per (seed, name)."""
-        reset_buffers = getattr(self.input, "reset_buffers", None)
-        if reset_buffers is not None:
-            reset_buffers()
-        for name, tensor in list(self.named_parameters()) + list(self.named_buffers()):
-            if tensor.device.type == "meta":
-                continue
-            if name.endswith("norm.weight"):
-                tensor.fill_(1.0)
-            elif tensor.dim() == 2 and tensor.is_floating_point():
-                generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
-                tensor.normal_(0.0, self.config.init_std, generator=generator)
+        """N(0, init_std) for every matrix parameter, ones for norm gains; one generator per (seed, name).
+
+        Only parameters are initialised here: an interface's buffers are its fixed state, which it computes
+        itself from its options (``reset_fixed_state``)."""
+        self.input.reset_fixed_state()
+        for name, tensor in self.named_parameters():
+            if tensor.device.type != "meta":
+                self.init_tensor(name, tensor, seed)
+
+    @torch.no_grad()
+    def init_tensor(self, name: str, tensor: torch.Tensor, seed: int = 0) -> None:
+        """Initialise the full tensor of parameter ``name`` in place, as ``init_weights`` does: a sharded
+        (meta-device) build initialises each full tensor with this and keeps its shard, so it gets the same
+        weights as an unsharded build."""
+        if name.endswith("norm.weight"):
+            tensor.fill_(1.0)
+        elif tensor.dim() == 2 and tensor.is_floating_point():
+            generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
+            tensor.normal_(0.0, self.config.init_std, generator=generator)
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -58,7 +58,7 @@ def _add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
 def _add_data(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="prepare token shards, scan a corpus, download evaluation data",
+        help="prepare token shards, scan a corpus, verify a dataset, download evaluation data",
         description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.data.download.",
     )
     verbs = parser.add_subparsers(dest="data_verb", metavar="VERB", required=True)
@@ -136,6 +136,20 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     adopt.add_argument("--val", nargs="*", default=[], help="val shard files (in DIR), or a glob")
     adopt.set_defaults(func=run_adopt)
 
+    verify = verbs.add_parser(
+        "verify",
+        help="check a prepared dataset's shards against its manifest",
+        description="Check every shard of a prepared dataset against manifest.json: present, header valid, "
+        "token count as recorded, and (unless --no-hash) its sha256, its token ids below vocab_size and the "
+        "tokenizer's hash. Exit status 1 when anything is wrong. "
+        "Python API: tablefree.data.loader.verify_dataset(DIR, hashes=True).",
+    )
+    verify.add_argument("dir", help="dataset directory (holding manifest.json)")
+    verify.add_argument(
+        "--no-hash", action="store_true", help="check sizes and headers only (fast on any size)"
+    )
+    verify.set_defaults(func=run_verify)
+
     download = verbs.add_parser(
         "download-evals",
         help="download the zero-shot evaluation sets, verifying sha256",
@@ -168,9 +182,9 @@ def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
-    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
+    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer_on_corpus
 
-    tokenizer = train_tokenizer(
+    trained = train_tokenizer_on_corpus(
         args.corpus,
         args.vocab_size,
         args.out,
@@ -179,11 +193,38 @@ def run_tokenizer_train(args: argparse.Namespace) -> int:
         gutenberg=args.strip_gutenberg,
         min_frequency=args.min_frequency,
     )
+    for line in corpus_report(trained.summary.as_dict()):
+        print(line)
+    tokenizer = trained.tokenizer
     print(
-        f"wrote {args.out}: vocab {tokenizer.get_vocab_size()}, eot_id {eot_id(tokenizer)}, "
+        f"wrote {args.out}: vocab {trained.vocab_size}, eot_id {eot_id(tokenizer)}, "
         f"sha256 {tokenizer_hash(tokenizer)}"
     )
+    if trained.shortfall():
+        print(f"warning: {trained.shortfall()}", file=sys.stderr)
     return 0
+
+
+def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
+    """What reading a corpus found, as `data prepare` and `tokenizer train` print it: files, documents,
+    encodings and fallbacks, then the junk by kind and the first items by file and line."""
+    lines = []
+    if "encoding_fallbacks" in corpus:
+        lines.append(
+            f"read {corpus['files']} files, {corpus['documents']:,} documents; "
+            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
+        )
+    junk = corpus.get("junk_items", [])
+    if junk:
+        lines.append(
+            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
+        )
+        for item in junk[:max_items]:
+            line = f":{item['line']}" if item["line"] is not None else ""
+            lines.append(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
+        if len(junk) > max_items:
+            lines.append(f"  ... and {len(junk) - max_items} more (all in `tablefree data scan --json`)")
+    return lines
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -213,26 +254,20 @@ def run_prepare(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
-    corpus = manifest["corpus"]
-    if "encoding_fallbacks" in corpus:
-        print(
-            f"read {corpus['files']} files, {corpus['documents']:,} documents; "
-            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
-        )
-    junk = corpus.get("junk_items", [])
-    if junk:
-        print(
-            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
-        )
-        for item in junk[:10]:
-            line = f":{item['line']}" if item["line"] is not None else ""
-            print(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
+    for line in corpus_report(manifest["corpus"]):
+        print(line)
     for split, info in manifest["splits"].items():
         print(
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
         )
     for line in validation_summary(manifest, args.val_documents):
         print(line)
+    if args.tokenizer is None and manifest["vocab_size"] < args.vocab_size:
+        print(
+            f"warning: the corpus filled {manifest['vocab_size']} of the {args.vocab_size} tokens asked for "
+            f"(--vocab-size); the dataset uses {manifest['vocab_size']}",
+            file=sys.stderr,
+        )
     print(
         f"wrote {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
     )
@@ -293,6 +328,14 @@ def run_adopt(args: argparse.Namespace) -> int:
         )
     print(f"wrote {args.dir}/manifest.json")
     return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from tablefree.data.loader import verify_dataset
+
+    check = verify_dataset(args.dir, hashes=not args.no_hash)
+    print(check.format())
+    return 0 if check.ok else 1
 
 
 def run_download(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="export a checkpoint to a Hugging Face transformers directory",
         description="Write a plain transformers model directory (LlamaForCausalLM, or GPTNeoXForCausalLM for "
         "the LayerNorm/GELU variant): config.json, model.safetensors, generation_config.json, tokenizer "
-        "files and a model card. Fixed-code interfaces are materialised as the V×d embedding table. "
+        "files and a model card. Every interface is materialised as the V×d embedding table; its options "
+        "(and tensors such as affine's A and b) are recorded for import-hf. "
         "Python API: tablefree.export.export_hf(checkpoint, out_dir).",
     )
     export.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
@@ -36,8 +37,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "import-hf",
         help="load a transformers Llama (or exported GPT-NeoX) directory as a tablefree checkpoint",
         description="Convert a LlamaForCausalLM directory (e.g. one written by `tablefree export`) into a "
-        "tablefree checkpoint. The fixed-code interface recorded at export is restored when the embedding "
-        "table matches it exactly; otherwise the table becomes a learned interface. "
+        "tablefree checkpoint. The interface recorded at export is restored when the embedding table is "
+        "exactly its table; otherwise the table becomes a learned interface (with a warning). config.json is "
+        "checked against the weights' headers before anything is loaded. "
         "Python API: tablefree.export.import_hf(hf_dir, out_checkpoint).",
     )
     importer.add_argument("hf_dir", metavar="DIR", help="transformers model directory")
@@ -160,10 +162,17 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    import sys
+    import warnings
+
     from tablefree.checkpoint import read_model_config
     from tablefree.export import import_hf
 
-    out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
+    for warning in caught:  # e.g. a recorded interface whose table was changed: imported as learned
+        print(f"tablefree import-hf: warning: {warning.message}", file=sys.stderr)
     interface = read_model_config(out).interface
     print(f"imported {args.hf_dir} -> {out} (interface: {interface.name})")
     return 0

@@ -15,12 +15,13 @@ seen: ``state_dict()`` / ``load_state_dict()``.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tablefree.data.shards import open_shard
+from tablefree.data.shards import open_shard, read_header
 from tablefree.fileio import read_json
 
 MANIFEST = "manifest.json"
@@ -41,7 +42,9 @@ def read_manifest(data_dir: str | Path) -> dict:
 def _not_prepared_hint(data_dir: Path) -> str:
     """Why ``data_dir`` is no dataset, and the command that makes one (never into the corpus itself)."""
     if data_dir.is_dir() and _holds_corpus_files(data_dir):
-        out = data_dir.with_name(f"{data_dir.name}-prepared")
+        out = Path("data") / data_dir.name  # beside the run's other data, never inside someone's corpus
+        if out.resolve() == data_dir.resolve():
+            out = Path("data") / f"{data_dir.name}-prepared"
         return (
             f"{data_dir} holds raw corpus files, not a prepared dataset; prepare it into a directory of its "
             f"own (`tablefree data prepare {data_dir} --out {out}`) and point data.dir at {out}"
@@ -89,12 +92,100 @@ def _check_manifest(manifest: object, path: Path) -> None:
                 fail(f"{where}.tokens", "must be a token count")
             if "sha256" in shard and not (isinstance(shard["sha256"], str) and len(shard["sha256"]) == 64):
                 fail(f"{where}.sha256", "must be a 64-digit hex string")
-    for field in ("vocab_size", "eot_id"):
-        value = manifest.get(field)
-        if field in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            fail(field, "must be a non-negative integer")
+        if "tokens" in split and split["tokens"] != sum(shard["tokens"] for shard in split["shards"]):
+            fail(
+                f"splits.{name}.tokens",
+                "must be the sum of its shards' tokens (a shard entry is missing or changed)",
+            )
+    for key in ("vocab_size", "eot_id"):
+        value = manifest.get(key)
+        if key in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            fail(key, "must be a non-negative integer")
     if "tokenizer_hash" in manifest and not isinstance(manifest["tokenizer_hash"], str):
         fail("tokenizer_hash", "must be a string")
+
+
+AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)
+
+
+@dataclass
+class DatasetCheck:
+    """What :func:`verify_dataset` checked and found."""
+
+    data_dir: Path
+    shards: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    hashed: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def format(self) -> str:
+        what = "sizes, headers, sha256 and token ids" if self.hashed else "sizes and headers"
+        head = f"{self.data_dir}: {self.shards} shards, {self.tokens:,} tokens, {self.bytes / 1e6:.1f} MB; checked {what}"
+        if self.ok:
+            return f"{head}: ok"
+        return "\n".join([f"{head}: {len(self.problems)} problem(s)", *(f"  {p}" for p in self.problems)])
+
+
+def verify_dataset(data_dir: str | Path, hashes: bool | str = True) -> DatasetCheck:
+    """Check a prepared dataset against its manifest: every shard present, its header valid and its token
+    count the manifest's; with ``hashes`` also each shard's sha256, its token ids below ``vocab_size``, and
+    the tokenizer file's hash. ``hashes="auto"``: only when the shards total at most ``AUTO_HASH_BYTES``
+    (cheap enough before a long run). Problems are collected, not raised (a malformed manifest raises)."""
+    data_dir = Path(data_dir)
+    manifest = read_manifest(data_dir)
+    check = DatasetCheck(data_dir)
+    files = [(name, shard) for name, split in manifest["splits"].items() for shard in split["shards"]]
+    sizes = {}
+    for name, shard in files:
+        path = data_dir / shard["file"]
+        try:
+            _, count = read_header(path)
+        except (OSError, ValueError) as error:
+            check.problems.append(f"{name}: {error}")
+            continue
+        if count != shard["tokens"]:
+            check.problems.append(
+                f"{name}: {path} holds {count:,} tokens, the manifest says {shard['tokens']:,}"
+            )
+        sizes[path] = path.stat().st_size
+    check.shards, check.bytes = len(files), sum(sizes.values())
+    check.tokens = sum(shard["tokens"] for _, shard in files)
+    check.hashed = hashes is True or (hashes == "auto" and check.bytes <= AUTO_HASH_BYTES)
+    if check.hashed:
+        check.problems += _hash_problems(data_dir, manifest, files, sizes)
+    return check
+
+
+def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> list[str]:
+    from tablefree.data.corpus import sha256_file
+
+    problems = []
+    vocab = manifest.get("vocab_size")
+    for name, shard in files:
+        path = data_dir / shard["file"]
+        if path not in sizes:
+            continue  # already reported
+        if "sha256" in shard and sha256_file(path) != shard["sha256"]:
+            problems.append(f"{name}: {path} does not match the sha256 in the manifest (damaged or replaced)")
+        tokens = open_shard(path)
+        if vocab is not None and len(tokens) and int(tokens.max()) >= vocab:
+            problems.append(f"{name}: {path} holds token id {int(tokens.max())}, outside vocab_size {vocab}")
+    tokenizer_file = manifest.get("tokenizer_file")
+    if tokenizer_file and "tokenizer_hash" in manifest:
+        from tablefree.data.tokenizer import tokenizer_hash
+
+        path = data_dir / tokenizer_file
+        try:
+            if tokenizer_hash(path) != manifest["tokenizer_hash"]:
+                problems.append(f"tokenizer: {path} is not the tokenizer the manifest records")
+        except (OSError, ValueError) as error:
+            problems.append(f"tokenizer: {error}")
+    return problems
 
 
 def split_shards(data_dir: str | Path, split: str) -> list[Path]:
@@ -131,6 +222,10 @@ def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
             tokens = open_shard(path)
             starts += (np.flatnonzero(tokens == manifest["eot_id"]) + offsets).tolist()
             offsets += len(tokens)
+    if not isinstance(starts, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in starts
+    ):
+        raise ValueError(f"{Path(data_dir) / MANIFEST}: splits.{split}.document_starts must be token offsets")
     bounds = np.asarray([*starts, total], dtype=np.int64)
     if len(bounds) > 1 and (bounds[0] != 0 or np.any(np.diff(bounds) <= 0)):
         raise ValueError(
@@ -144,11 +239,25 @@ def validation_documents(data_dir: str | Path) -> list[dict]:
     the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
     ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
     manifest = read_manifest(data_dir)
-    record = manifest.get("validation")
-    if isinstance(record, dict) and isinstance(record.get("items"), list):
-        return record["items"]
     bounds = document_bounds(data_dir, "val")
-    return [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    record = manifest.get("validation")
+    if record is None:
+        return plain
+    items = record.get("items") if isinstance(record, dict) else None
+    if not (
+        isinstance(items, list)
+        and len(items) == len(plain)
+        and all(
+            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
+            for i, p in zip(items, plain, strict=False)
+        )
+    ):
+        raise ValueError(
+            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
+            "the start and tokens of splits.val.document_starts"
+        )
+    return items
 
 
 class TokenLoader:
@@ -184,7 +293,23 @@ class TokenLoader:
     def from_dir(
         cls, data_dir: str | Path, split: str, seq_len: int, batch_size: int, **kwargs
     ) -> TokenLoader:
-        return cls(split_shards(data_dir, split), seq_len, batch_size, **kwargs)
+        """The loader of a prepared dataset's split; each shard's size is checked against the manifest
+        (:func:`verify_dataset` checks the sha256 too)."""
+        manifest = read_manifest(data_dir)
+        shards = _split_info(manifest, data_dir, split)["shards"]
+        paths = [Path(data_dir) / shard["file"] for shard in shards]
+        for path, shard in zip(paths, shards, strict=True):
+            if not path.exists():
+                raise FileNotFoundError(
+                    f"{path}: shard listed in {Path(data_dir) / MANIFEST} is missing; prepare the dataset again"
+                )
+            _, count = read_header(path)
+            if count != shard["tokens"]:
+                raise ValueError(
+                    f"{path}: holds {count:,} tokens, {Path(data_dir) / MANIFEST} says {shard['tokens']:,}: "
+                    "the shard was replaced or the manifest edited; prepare the dataset again"
+                )
+        return cls(paths, seq_len, batch_size, **kwargs)
 
     def slots(self, micro_step: int) -> np.ndarray:
         """Global slot numbers used by this rank at ``micro_step``."""

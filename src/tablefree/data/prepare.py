@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
 from tablefree.data.loader import MANIFEST, read_manifest
-from tablefree.data.shards import version_for_vocab, write_shard
+from tablefree.data.shards import read_header, version_for_vocab, write_shard
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -52,7 +52,7 @@ from tablefree.data.tokenizer import (
     tokenizer_hash,
     train_tokenizer_from_texts,
 )
-from tablefree.fileio import write_json_atomic
+from tablefree.fileio import read_json, write_json_atomic
 
 MANIFEST_VERSION = 1
 STATE_FILE = ".prepare-state.json"
@@ -130,8 +130,8 @@ def plan_validation(
 
     The split gets ``max(min_documents, round(val_fraction · N))`` validation documents when the corpus
     allows, within ``max(val_fraction, VAL_MAX_SHARE)`` of its text: documents are visited in a seeded random
-    order, first one unit per source document (so the units come from different sources), then, only if more
-    are needed, further sections of the long documents. A section is ``section_chars`` long, or shorter when
+    order, long documents first, one unit per source document (so the units come from different sources),
+    then, only if more are needed, further sections of the long documents. A section is ``section_chars`` long, or shorter when
     that many sections would not fit (never under ``MIN_VAL_SECTION_CHARS``). At most half of a document is
     held out. With ``val_fraction`` 0 nothing is; with N ≥ 2 documents at least one unit is."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -142,7 +142,9 @@ def plan_validation(
     budget = max(val_fraction, VAL_MAX_SHARE) * float(lengths.sum())
     size = max(min(section_chars, int(budget // target)), MIN_VAL_SECTION_CHARS)
     capacity = lengths // (2 * size)  # sections a document can give, keeping at least half of it in train
-    order = np.random.default_rng(seed).permutation(n)
+    # Seeded order, long documents first: a section of a long book costs training a small part of it, a short
+    # document held out whole costs all of it.
+    order = sorted(np.random.default_rng(seed).permutation(n).tolist(), key=lambda d: capacity[d] == 0)
     whole: set[int] = set()
     counts: dict[int, int] = {}
     used, units, round_ = 0, 0, 0
@@ -481,12 +483,20 @@ class SplitWriter:
         on_shard()
 
 
+def _count(path: Path) -> int | None:
+    """A shard's token count by its header, or None when the header is damaged."""
+    try:
+        return read_header(path)[1]
+    except ValueError:
+        return None
+
+
 def _valid_prefix(out_dir: Path, saved: dict) -> dict:
     """The journalled state of a split, cut back to its last shard that is on disk and intact."""
     good = 0
     for shard in saved["shards"]:
         path = out_dir / shard["file"]
-        if not path.exists() or sha256_file(path) != shard["sha256"]:
+        if not path.exists() or sha256_file(path) != shard["sha256"] or _count(path) != shard["tokens"]:
             break
         good += 1
     if good == len(saved["shards"]):
@@ -543,6 +553,12 @@ def prepare_dataset(
     if hub is None:
         reader = Corpus(corpus, text_field=text_field, strict=strict, gutenberg=gutenberg)
         summary = reader.scan(progress=progress)
+        if summary.documents == 0:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in summary.as_dict()["junk"].items())
+            raise ValueError(
+                f"{', '.join(map(str, reader.paths))}: no valid document to prepare (junk: {kinds}); "
+                "`tablefree data scan` names each file and line"
+            )
         docs = LocalDocuments(reader, summary, val_fraction, seed, val_documents, val_section_chars)
         sources = [asdict(f) for f in summary.files]
     else:
@@ -572,7 +588,7 @@ def prepare_dataset(
 
     existing = out_dir / MANIFEST
     if existing.exists():
-        manifest = json.loads(existing.read_text(encoding="utf-8"))
+        manifest = read_manifest(out_dir)
         check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
         if manifest.get("fingerprint") != fingerprint:
             raise ValueError(
@@ -639,14 +655,83 @@ def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
                 f"{out_dir} holds shards but no manifest or journal; use another --out, or --overwrite"
             )
         return None
-    state = json.loads(path.read_text(encoding="utf-8"))
-    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir}")
+    state = read_json(path)
+    _check_state(state, path)
+    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir} ({path.name})")
     if state["fingerprint"] != fingerprint:
         raise ValueError(
             f"{path}: an interrupted preparation of other inputs or settings is here; use another --out, "
             "or --overwrite"
         )
     return state
+
+
+def _check_state(state: object, path: Path) -> None:
+    """The journal's shape, so a damaged one is an error naming the field, not a traceback."""
+
+    def fail(name: str, expected: str) -> None:
+        raise ValueError(
+            f"{path}: field {name!r} {expected}; the journal of the interrupted preparation is damaged: "
+            "delete it (the shards are then prepared again) or use --overwrite"
+        )
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and -1 <= value < 2**62
+
+    if not isinstance(state, dict):
+        fail("(top level)", "must be a JSON object")
+    for key in ("fingerprint", "tokenizer_hash"):
+        if not isinstance(state.get(key), str):
+            fail(key, "must be a string")
+    splits = state.get("splits")
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
+        fail("splits", f"must hold {' and '.join(SPLITS)}")
+    for name, split in splits.items():
+        if not isinstance(split, dict):
+            fail(f"splits.{name}", "must be an object")
+        cursor = split.get("cursor")
+        if not (isinstance(cursor, list) and len(cursor) == 3 and all(map(is_int, cursor))):
+            fail(f"splits.{name}.cursor", "must be three integers")
+        if not isinstance(split.get("done"), bool):
+            fail(f"splits.{name}.done", "must be true or false")
+        starts = split.get("starts")
+        if starts is not None and not (isinstance(starts, list) and all(map(is_int, starts))):
+            fail(f"splits.{name}.starts", "must be a list of token offsets")
+        shards = split.get("shards")
+        if not isinstance(shards, list):
+            fail(f"splits.{name}.shards", "must be a list")
+        for i, shard in enumerate(shards):
+            where = f"splits.{name}.shards[{i}]"
+            if not isinstance(shard, dict):
+                fail(where, "must be an object")
+            if shard.get("file") != f"{name}_{i:06d}.bin":
+                fail(f"{where}.file", f"must be {name}_{i:06d}.bin")
+            if not is_int(shard.get("tokens")) or not isinstance(shard.get("sha256"), str):
+                fail(where, "must hold a token count and a sha256")
+            c = shard.get("cursor")
+            if not (isinstance(c, list) and len(c) == 3 and all(map(is_int, c))):
+                fail(f"{where}.cursor", "must be three integers")
+        _check_state_split(split, name, fail)
+
+
+def _check_state_split(split: dict, name: str, fail) -> None:
+    """The journal's numbers must agree with each other: a resume from a wrong cursor would silently drop or
+    repeat text."""
+    shards, cursor = split["shards"], split["cursor"]
+    cursors = [shard["cursor"] for shard in shards]
+    if any(a > b for a, b in itertools.pairwise(cursors)):
+        fail(f"splits.{name}.shards", "must have non-decreasing cursors")
+    if shards and cursor != cursors[-1]:
+        fail(f"splits.{name}.cursor", "must be the cursor of its last shard")
+    if not shards and not split["done"] and cursor != [-1, 0, 0]:
+        fail(f"splits.{name}.cursor", "must be [-1, 0, 0] before the first shard")
+    starts = split.get("starts")
+    if starts:
+        if starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(starts)):
+            fail(f"splits.{name}.starts", "must start at 0 and increase")
+        written = sum(shard["tokens"] for shard in shards)
+        if sum(t < written for t in starts) != (cursors[-1][2] if shards else 0):
+            fail(f"splits.{name}.starts", "must count the documents its shards hold")
 
 
 def _clear(out_dir: Path) -> None:

@@ -53,8 +53,8 @@ class ModelSpec:
     init_std: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.interface, str):  # `model.interface=affine` on the command line
-            self.interface = InterfaceConfig(name=self.interface)
+        if type(self.interface) is InterfaceConfig or not isinstance(self.interface, InterfaceConfig):
+            self.interface = InterfaceConfig.from_config(self.interface, "interface")  # `interface: affine`
         if self.preset not in PRESETS:
             raise ValueError(
                 f"model.preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)}"

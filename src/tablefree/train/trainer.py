@@ -41,6 +41,7 @@ from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.interfaces import check_token_ids
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing
@@ -124,8 +125,9 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # foreach on both devices; fused only exists for floating-point CUDA tensors.
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    # Fused on CUDA (one kernel over all tensors); foreach on the CPU.
+    on_cuda = any(p.device.type == "cuda" for p in decay + no_decay)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda)
 
 
 def resolve_precision(config: TrainConfig, device: torch.device) -> str:
@@ -237,7 +239,9 @@ class Trainer:
 
     def _build_model_and_data(self) -> None:
         config, info = self.config, self.info
-        self.model = build_model(self.model_config, seed=config.seed, device=self.device)
+        # FSDP2: built on the meta device; parallelize() materialises only this rank's shards.
+        build_on = "meta" if config.parallel == "fsdp" else self.device
+        self.model = build_model(self.model_config, seed=config.seed, device=build_on)
         self.train_model = parallelize(
             self.model,
             info,
@@ -245,6 +249,7 @@ class Trainer:
             compile=config.compile,
             activation_checkpointing=config.activation_checkpointing,
             param_dtype=torch.bfloat16 if self.precision == "bf16" else None,
+            seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
         loader_args = dict(seed=config.seed, rank=info.rank, world_size=info.world_size)
@@ -378,9 +383,7 @@ class Trainer:
 
         loss_sum = torch.zeros((), device=self.device)
         for micro_step in range(run_plan.grad_accum):
-            inputs, targets = next(self.train_loader)
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+            inputs, targets = device_batch(next(self.train_loader), self.device, self.model_config.vocab_size)
             with gradient_sync(self.train_model, micro_step == run_plan.grad_accum - 1), self.autocast:
                 loss = next_token_loss(self.train_model(inputs), targets)
             (loss / run_plan.grad_accum).backward()
@@ -547,6 +550,19 @@ class Trainer:
 
 # --------------------------------------------------------------------------------------------------------
 # Pieces of the loop
+
+
+def device_batch(
+    batch: tuple[torch.Tensor, torch.Tensor], device: torch.device, vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loader batch on ``device``: token ids range-checked here, on the CPU (a check of the device tensor would
+    make the host wait for the device), and copied asynchronously from pinned memory on CUDA."""
+    inputs, targets = batch
+    check_token_ids(inputs, vocab_size)
+    check_token_ids(targets, vocab_size)
+    if device.type == "cuda":
+        inputs, targets = inputs.pin_memory(), targets.pin_memory()
+    return inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
 
 
 @contextlib.contextmanager
