@@ -186,7 +186,10 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
 
 def test_markdown_section_can_be_embedded_at_another_level(setup):
     _, data, canonical, _ = setup
-    result = run_analysis(canonical, data=data, positions=512)
+    result = run_analysis(canonical, data=data, positions=512, embedding_tokens=30)
+    assert (
+        result["embeddings"]["tokens"] == 30 and "the 30 most frequent" in result["embeddings"]["token_set"]
+    )
     section = analysis_markdown(result, level=3, figures="runs/x/analysis/figures", title="canonical, seed 0")
     assert section.startswith("### canonical, seed 0\n")
     assert "#### Per layer" in section and "](runs/x/analysis/figures/probes.png)" in section
