@@ -352,6 +352,10 @@ def test_plan_validation_sections_of_long_books_from_different_sources() -> None
     assert all(len(r) * few.section_chars <= 25_000 for r in few.sections.values())
     more = plan_validation([50_000] * 4, val_fraction=0.3, min_documents=20, section_chars=80_000)
     assert more.units == 20 and more.sources == 4 and more.section_chars == 3_000
+    # Long documents first: a few long books among many short documents lend sections, and no short
+    # document is lost to training whole.
+    mixed = plan_validation([500] * 100 + [300_000] * 25, val_fraction=0.005, min_documents=20)
+    assert mixed.units == 20 and not mixed.whole and min(mixed.sections) >= 100
     # Many short documents: whole documents, as many as asked.
     short = plan_validation([500] * 1000, val_fraction=0.05, min_documents=20)
     assert len(short.whole) == 50 and not short.sections
@@ -420,3 +424,16 @@ def test_damaged_journal_or_manifest_is_an_error_naming_the_file(
     (out / "manifest.json").write_text(json.dumps(manifest)[:-20])
     with pytest.raises(ValueError, match=r"manifest\.json: malformed JSON"):
         prepare_dataset(root, out, **kwargs)
+
+
+def test_gutenberg_mix_validation_is_20_sections_of_20_books(shared_data) -> None:
+    from tablefree.data.corpus import Corpus
+    from tablefree.data.prepare import LocalDocuments
+
+    corpus = Corpus(shared_data / "corpus/gutenberg-mix", gutenberg=True)
+    docs = LocalDocuments(corpus, corpus.scan(), val_fraction=0.005, seed=0)
+    items = docs.validation_items()
+    assert len(items) == 20 and not any(item["whole"] for item in items)
+    assert len({item["file"] for item in items}) == 20  # 20 different books
+    assert docs.counts == {"train": 57 + 20, "val": 20}  # each sectioned book is two training documents
+    assert 20 * 80_000 / sum(docs.lengths) < 0.05  # under 5% of the text held out

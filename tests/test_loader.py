@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -161,7 +162,7 @@ def test_malformed_manifest_names_the_file_and_line_or_field(tmp_path) -> None:
         read_manifest(data)
 
 
-def test_a_raw_corpus_as_data_dir_suggests_another_output_directory(tmp_path) -> None:
+def test_a_raw_corpus_as_data_dir_suggests_another_output_directory(tmp_path, monkeypatch) -> None:
     """Issue 15: the hint used to say `data prepare … --out` the corpus directory itself."""
     from tablefree.data.loader import read_manifest
 
@@ -171,7 +172,12 @@ def test_a_raw_corpus_as_data_dir_suggests_another_output_directory(tmp_path) ->
     with pytest.raises(FileNotFoundError) as error:
         read_manifest(corpus)
     message = str(error.value)
-    assert f"tablefree data prepare {corpus} --out {tmp_path / 'books-prepared'}" in message
-    assert f"--out {corpus}`" not in message
+    assert f"tablefree data prepare {corpus} --out data/books`" in message
+    assert "point data.dir at data/books" in message
+    monkeypatch.chdir(tmp_path)  # a corpus that is itself at data/books: another name
+    (tmp_path / "data").mkdir()
+    shutil.copytree(corpus, tmp_path / "data" / "books")
+    with pytest.raises(FileNotFoundError, match=r"--out data/books-prepared`"):
+        read_manifest("data/books")
     with pytest.raises(FileNotFoundError, match=r"run `tablefree data prepare CORPUS --out"):
         read_manifest(tmp_path / "empty")

@@ -42,7 +42,9 @@ def read_manifest(data_dir: str | Path) -> dict:
 def _not_prepared_hint(data_dir: Path) -> str:
     """Why ``data_dir`` is no dataset, and the command that makes one (never into the corpus itself)."""
     if data_dir.is_dir() and _holds_corpus_files(data_dir):
-        out = data_dir.with_name(f"{data_dir.name}-prepared")
+        out = Path("data") / data_dir.name  # beside the run's other data, never inside someone's corpus
+        if out.resolve() == data_dir.resolve():
+            out = Path("data") / f"{data_dir.name}-prepared"
         return (
             f"{data_dir} holds raw corpus files, not a prepared dataset; prepare it into a directory of its "
             f"own (`tablefree data prepare {data_dir} --out {out}`) and point data.dir at {out}"

@@ -130,8 +130,8 @@ def plan_validation(
 
     The split gets ``max(min_documents, round(val_fraction · N))`` validation documents when the corpus
     allows, within ``max(val_fraction, VAL_MAX_SHARE)`` of its text: documents are visited in a seeded random
-    order, first one unit per source document (so the units come from different sources), then, only if more
-    are needed, further sections of the long documents. A section is ``section_chars`` long, or shorter when
+    order, long documents first, one unit per source document (so the units come from different sources),
+    then, only if more are needed, further sections of the long documents. A section is ``section_chars`` long, or shorter when
     that many sections would not fit (never under ``MIN_VAL_SECTION_CHARS``). At most half of a document is
     held out. With ``val_fraction`` 0 nothing is; with N ≥ 2 documents at least one unit is."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -142,7 +142,9 @@ def plan_validation(
     budget = max(val_fraction, VAL_MAX_SHARE) * float(lengths.sum())
     size = max(min(section_chars, int(budget // target)), MIN_VAL_SECTION_CHARS)
     capacity = lengths // (2 * size)  # sections a document can give, keeping at least half of it in train
-    order = np.random.default_rng(seed).permutation(n)
+    # Seeded order, long documents first: a section of a long book costs training a small part of it, a short
+    # document held out whole costs all of it.
+    order = sorted(np.random.default_rng(seed).permutation(n).tolist(), key=lambda d: capacity[d] == 0)
     whole: set[int] = set()
     counts: dict[int, int] = {}
     used, units, round_ = 0, 0, 0
