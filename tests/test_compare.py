@@ -81,6 +81,7 @@ def test_run_recipe_changes_only_interface_and_seed() -> None:
     assert base["model"]["interface"]["name"] == "learned"  # the base recipe is not modified
 
 
+@pytest.mark.slow
 def test_sweep_reports_survives_a_failure_and_resumes(
     dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

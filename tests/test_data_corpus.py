@@ -278,3 +278,31 @@ def test_scan_verb_reports_junk(tmp_path, capsys) -> None:
     assert report["junk"]["invalid-json"] == 1
     assert main(["data", "scan", str(root), "--strict"]) == 1
     assert "strict mode" in capsys.readouterr().err
+
+
+def test_the_package_works_without_zstandard_and_pyarrow_until_such_a_file_is_read(tmp_path) -> None:
+    """Issue 11: the GPU image has no zstandard. Blocking both optional codecs, the CLI imports and reads
+    text; a .zst file is an error naming the file."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.txt").write_text("plain text\n")
+    (tmp_path / "b.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b'{"text": "x"}\n'))
+    script = f"""
+import sys
+sys.modules["zstandard"] = None  # import zstandard now raises ImportError
+sys.modules["pyarrow"] = None
+import tablefree.cli
+from tablefree.data.corpus import Corpus, CorpusError
+print(list(Corpus({str(tmp_path / "a.txt")!r}).documents()))
+try:
+    Corpus({str(tmp_path)!r}).scan()
+except CorpusError as error:
+    print("error:", error)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "['plain text\\n']",
+        "error: b.jsonl.zst: reading .zst files needs the zstandard package (pip install zstandard)",
+    ]

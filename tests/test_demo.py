@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tablefree.demo import gather_default_corpus
 
 
+@pytest.mark.slow  # gathers the corpus twice
 def test_default_corpus_is_deterministic_and_substantial(tmp_path: Path) -> None:
     first = gather_default_corpus(tmp_path / "a" / "docs.jsonl")
     second = gather_default_corpus(tmp_path / "b" / "docs.jsonl")
@@ -28,6 +31,7 @@ def test_default_corpus_is_deterministic_and_substantial(tmp_path: Path) -> None
     assert json.loads((tmp_path / "a" / "corpus.json").read_text())["sha256"] == first["sha256"]
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> None:
     from pydoc_data.topics import topics
 

@@ -25,7 +25,12 @@ CASES = {
     ),
     "affine-gqa": dict(interface="affine", n_kv_heads=2),
     "gelu-layernorm": dict(interface="canonical", mlp="gelu", norm="layernorm", norm_eps=1e-6),
+    "gaussian": dict(interface=dict(name="gaussian", seed=3, sigma=0.5)),
+    "projected": dict(interface=dict(name="projected", code="affine", values="pm1")),
+    "wide-random": dict(interface=dict(name="wide-random", width=40, lift="interleave")),
+    "hashed": dict(interface=dict(name="hashed", bits=6, values="pm1")),
 }
+ABLATIONS = ["gaussian", "projected", "wide-random", "hashed"]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +129,7 @@ def test_export_refuses_variants_without_an_exact_equivalent(tmp_path, tokenizer
     assert not (tmp_path / "hf").exists()
 
 
-@pytest.mark.parametrize("case", ["learned", "affine", "affine-gqa", "gelu-layernorm"])
+@pytest.mark.parametrize("case", ["learned", "affine", "affine-gqa", "gelu-layernorm", *ABLATIONS])
 def test_round_trip_restores_the_checkpoint(tmp_path, tokenizer_path, case):
     config = _config(case)
     model = make_checkpoint(tmp_path / "ck", config, tokenizer_path, meta={"step": 5})
@@ -270,3 +275,29 @@ def test_model_card_names_the_run_and_hashes_not_a_local_path(tmp_path, tokenize
 
     assert hashlib.sha256(weights.read_bytes()).hexdigest() in card
     assert json.loads(config)["tablefree"]["source_run"] == "my-run"
+
+
+@pytest.mark.parametrize("case", ["gaussian", "projected"])
+def test_a_bfloat16_export_imports_as_the_interface(tmp_path, tokenizer_path, case):
+    """The table is rounded to bfloat16, but the interface is recognised from its own tensors, and restored
+    at full precision (projected's map comes from the state file, gaussian's table from its seed)."""
+    model = make_checkpoint(tmp_path / "ck", _config(case), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf", dtype="bfloat16")
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    restored, _ = load_model(tmp_path / "back")
+    assert restored.config == model.config
+    assert torch.equal(restored.input.table(), model.input.table())
+
+
+def test_model_cards_of_the_ablation_interfaces(tmp_path, tokenizer_path):
+    for case, phrase in [
+        ("gaussian", "σ = 0.5"),
+        ("projected", "trained 64×9 matrix (576 parameters"),
+        ("wide-random", "random 40-bit code of t"),
+        ("hashed", "first K' = 6 bits"),
+    ]:
+        make_checkpoint(tmp_path / case, _config(case), tokenizer_path)
+        export_hf(tmp_path / case, tmp_path / f"{case}-hf")
+        card = (tmp_path / f"{case}-hf" / "README.md").read_text()
+        assert phrase in card, case
+        assert ("**not trained**" in card) == (case != "projected"), case

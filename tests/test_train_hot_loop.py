@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tablefree import build_model, preset
+from tablefree.interfaces import ids_checked_by_caller
 from tablefree.train.trainer import build_optimizer, device_batch
 from train_helpers import micro_config
 
@@ -34,3 +35,21 @@ def test_adamw_is_fused_only_on_cuda(tmp_path) -> None:
     if torch.cuda.is_available():
         optimizer = build_optimizer(model.cuda(), micro_config(tmp_path))
         assert optimizer.defaults["fused"] is True
+
+
+def test_the_model_skips_its_own_id_check_only_inside_ids_checked_by_caller() -> None:
+    model = build_model(preset("tiny", d_model=32, n_layers=1, n_heads=2, d_ff=64, vocab_size=96))
+    bad = torch.tensor([[1, 96]])
+    with pytest.raises(ValueError, match="token id 96"):
+        model(bad)
+    reads = []
+    original = torch.Tensor.max
+    with ids_checked_by_caller():  # the trainer's forward: no min/max read of the ids
+        torch.Tensor.max = lambda self, *a, **k: reads.append(self) or original(self, *a, **k)
+        try:
+            model(torch.tensor([[1, 95]]))
+        finally:
+            torch.Tensor.max = original
+    assert not [t for t in reads if t.dtype == torch.int64]
+    with pytest.raises(ValueError, match="token id 96"):  # and the check is back outside
+        model(bad)

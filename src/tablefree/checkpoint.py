@@ -41,17 +41,19 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_model_files(
     directory: str | Path,
-    state: dict[str, torch.Tensor],
+    state: dict[str, torch.Tensor] | None,
     config: dict[str, Any],
     meta: dict[str, Any],
     tokenizer_path: str | Path | None = None,
 ) -> None:
-    """Write the model files into ``directory`` (which the caller later marks COMPLETE)."""
+    """Write the model files into ``directory`` (which the caller later marks COMPLETE). ``state`` None: the
+    weights are already there in another form (a sharded training checkpoint's ``sharded/``)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{MODEL_FILE}.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, directory / MODEL_FILE)
+    if state is not None:
+        tmp = directory / f".{MODEL_FILE}.tmp"
+        save_file(state, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, directory / MODEL_FILE)
     write_json_atomic(directory / CONFIG_FILE, config)
     write_json_atomic(directory / META_FILE, meta)
     if tokenizer_path is not None:
@@ -113,6 +115,11 @@ def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tu
         model = TablefreeLM(config)
     model.to_empty(device=device)
     model.init_weights()  # recomputes the fixed buffers; every saved tensor is then overwritten
+    if not (directory / MODEL_FILE).exists() and (directory / "sharded").is_dir():
+        from tablefree.train.sharded import read_model_state  # a sharded (DCP) training checkpoint
+
+        read_model_state(directory, model)
+        return model.eval(), directory
     state = load_file(str(directory / MODEL_FILE), device=str(device))
     model.load_state_dict(state, strict=True)
     return model.eval(), directory

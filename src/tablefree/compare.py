@@ -145,6 +145,7 @@ class CompareConfig:
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
     notes: list[str] = field(default_factory=list)  # shown at the top of the report (markdown)
+    analysis: bool = False  # run `tablefree analyze` on every finished run; its section joins the report
 
     def __post_init__(self) -> None:
         unknown = [i for i in self.interfaces if i not in INTERFACES]
@@ -325,6 +326,11 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
         outcome[run.name] = execute_run(config, run, state, prefix, log)
     failed = [name for name, state in outcome.items() if state == "failed"]
     result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
+    if config.analysis:  # each finished run against the learned run of its seed (docs/analysis.md)
+        from tablefree.analysis.sweep import analyze_runs
+
+        done = {name for name, state in outcome.items() if state == "done"}
+        result["analysis"] = analyze_runs(plans, done, device=config.eval.device, log=log)
     if report:
         from tablefree.report import build_report
 

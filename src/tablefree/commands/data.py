@@ -58,7 +58,7 @@ def _add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
 def _add_data(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="prepare token shards, scan a corpus, download evaluation data",
+        help="prepare token shards, scan a corpus, verify a dataset, download evaluation data",
         description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.data.download.",
     )
     verbs = parser.add_subparsers(dest="data_verb", metavar="VERB", required=True)

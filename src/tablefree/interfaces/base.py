@@ -23,6 +23,8 @@ export must carry besides the table, and ``adopt_table`` recognises an exported 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import itertools
 from collections.abc import Callable
@@ -202,9 +204,24 @@ def build_interface(
     return INTERFACES[options.name](options, vocab_size, d_model)
 
 
+_IDS_CHECKED_BY_CALLER = contextvars.ContextVar("tablefree_ids_checked_by_caller", default=False)
+
+
+@contextlib.contextmanager
+def ids_checked_by_caller():
+    """Inside, ``check_token_ids`` does nothing: the caller has checked the ids already, on the CPU (the
+    trainer, batch by batch; reading a GPU tensor's min and max would make the host wait for the device)."""
+    token = _IDS_CHECKED_BY_CALLER.set(True)
+    try:
+        yield
+    finally:
+        _IDS_CHECKED_BY_CALLER.reset(token)
+
+
 def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
-    """Raise a clear error for ids outside [0, V). Skipped while compiling (a data-dependent branch)."""
-    if _is_compiling() or ids.numel() == 0:
+    """Raise a clear error for ids outside [0, V). Skipped while compiling (a data-dependent branch) and inside
+    ``ids_checked_by_caller``."""
+    if _is_compiling() or ids.numel() == 0 or _IDS_CHECKED_BY_CALLER.get():
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:

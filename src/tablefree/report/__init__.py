@@ -92,7 +92,15 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
         "train_config": _train_config(runs),
         "git": git_commit(),
         "environment": environment(),
+        "analysis": _sweep_analysis(runs, sweep_dir),
     }
+
+
+def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
+    """The runs' ``tablefree analyze`` results side by side (compare's ``analysis: true``), or None."""
+    from tablefree.analysis.sweep import sweep_analysis
+
+    return sweep_analysis(runs, sweep_dir)
 
 
 def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -155,6 +155,9 @@ class TrainConfig:
     val_batches: int = 20  # micro-batches of the val split per validation
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
+    # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
+    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
+    checkpoint_format: str = "auto"
 
     def __post_init__(self) -> None:
         self.budget = str(self.budget)
@@ -166,6 +169,10 @@ class TrainConfig:
                 f"precision: expected auto|fp32|bf16, got {self.precision!r}",
             ),
             (self.parallel in ("ddp", "fsdp"), f"parallel: expected ddp|fsdp, got {self.parallel!r}"),
+            (
+                self.checkpoint_format in ("auto", "full", "sharded"),
+                f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",
+            ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),
             (self.seq_len is None or self.seq_len > 0, "seq_len: must be > 0"),

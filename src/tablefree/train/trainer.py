@@ -25,6 +25,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import signal
 import sys
 import threading
@@ -41,10 +42,10 @@ from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
-from tablefree.interfaces import check_token_ids
+from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
-from tablefree.train import checkpointing
+from tablefree.train import checkpointing, sharded
 from tablefree.train.config import ModelSpec, TrainConfig, lr_at, plan
 from tablefree.train.parallelize import (
     DistInfo,
@@ -252,6 +253,9 @@ class Trainer:
             seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
+        self.sharded_checkpoints = config.checkpoint_format == "sharded" or (
+            config.checkpoint_format == "auto" and config.parallel == "fsdp" and info.world_size > 1
+        )
         loader_args = dict(seed=config.seed, rank=info.rank, world_size=info.world_size)
         self.train_loader = TokenLoader.from_dir(
             self.data_dir,
@@ -272,9 +276,15 @@ class Trainer:
 
     def _load_checkpoint(self, checkpoint: Path) -> None:
         saved = checkpointing.load_train_state(checkpoint)
-        checkpointing.restore(
-            self.train_model, self.optimizer, checkpointing.load_model_state(checkpoint), saved["optimizer"]
-        )
+        if sharded.is_sharded(checkpoint):  # each rank reads its own shards, at any world size
+            sharded.load_sharded(checkpoint, self.train_model, self.optimizer)
+        else:
+            checkpointing.restore(
+                self.train_model,
+                self.optimizer,
+                checkpointing.load_model_state(checkpoint),
+                saved["optimizer"],
+            )
         checkpointing.set_rng_state(saved["rng"])
         self.train_loader.load_state_dict(saved["loader"])
         self.state = TrainState.from_state_dict(saved)
@@ -384,8 +394,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for micro_step in range(run_plan.grad_accum):
             inputs, targets = device_batch(next(self.train_loader), self.device, self.model_config.vocab_size)
-            with gradient_sync(self.train_model, micro_step == run_plan.grad_accum - 1), self.autocast:
-                loss = next_token_loss(self.train_model(inputs), targets)
+            sync = micro_step == run_plan.grad_accum - 1
+            with gradient_sync(self.train_model, sync), self.autocast, ids_checked_by_caller():
+                loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
         train_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).item()
@@ -470,7 +481,15 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
-        model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
+        if self.sharded_checkpoints:  # every rank writes its shards into the staging directory first
+            staging = checkpointing.staging_dir(self.run_dir, state.step)
+            if self.info.is_main:
+                shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while saving
+            barrier()
+            sharded.save_sharded(staging, self.train_model, self.optimizer)
+            model_state, optim_state = None, {"in": sharded.SHARDED_DIR}
+        else:
+            model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
         path = None
         if self.info.is_main:
             train_state = {
