@@ -38,7 +38,7 @@ class ModelSpec:
     """A preset plus overrides. Unset (None) fields keep the preset's value."""
 
     preset: str = "tiny"
-    interface: InterfaceConfig | str = field(default_factory=InterfaceConfig)
+    interface: InterfaceConfig = field(default_factory=InterfaceConfig)  # a name or {name, options}
     vocab_size: int | None = None  # normally unset: the dataset manifest's vocabulary size is used
     d_model: int | None = None
     n_layers: int | None = None
