@@ -13,14 +13,7 @@ from typing import Any
 
 import torch
 
-from tablefree.checkpoint import (
-    META_FILE,
-    TOKENIZER_FILE,
-    load_model,
-    read_json,
-    write_json_atomic,
-    write_text_atomic,
-)
+from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.data.corpus import sha256_file
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
@@ -36,6 +29,7 @@ from tablefree.evaluate.tasks import (
     parse_task_names,
     task_files,
 )
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 
 VALIDATION = "validation"
 LM_EVAL_SEMANTICS = "lm-evaluation-harness 0.4.13"
