@@ -352,7 +352,12 @@ class Trainer:
                         stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
                         if self.info.is_main:
                             print(
-                                f"\n{stop_reason} after step {state.step}; checkpoint saved. Continue with --resume.",
+                                f"\n{stop_reason} after step {state.step}; "
+                                + (
+                                    "no checkpoint (checkpoint_format: none)."
+                                    if self.config.checkpoint_format == "none"
+                                    else "checkpoint saved. Continue with --resume."
+                                ),
                                 flush=True,
                             )
                         break
@@ -481,6 +486,9 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
+        if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
+            self.saved_at = state.step
+            return None
         if self.sharded_checkpoints:  # every rank writes its shards into the staging directory first
             staging = checkpointing.staging_dir(self.run_dir, state.step)
             if self.info.is_main:
