@@ -236,3 +236,160 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
     ids = torch.arange(300).view(3, 100)
     with torch.no_grad():
         assert torch.equal(loaded(ids), model.eval()(ids))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The ablation interfaces (issue 14): gaussian, projected, wide-random, hashed
+
+ALL = ["learned", "canonical", "affine", "gaussian", "projected", "wide-random", "hashed"]
+
+
+def test_every_shipped_interface_is_registered() -> None:
+    assert set(ALL) <= set(INTERFACES)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n != "hashed"])
+def test_every_id_gets_a_distinct_row(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    model = build_model(
+        ModelConfig(vocab_size=3000, d_model=64, n_layers=1, n_heads=4, interface=name), seed=2
+    )
+    table = model.input.table()
+    assert table.shape == (3000, 64)
+    assert torch.unique(table, dim=0).shape[0] == 3000
+
+
+def test_hashed_ids_collide_as_counted() -> None:
+    interface = build_interface(opts(name="hashed", seed=4), 3000, 64)  # K = 12, K' = 10
+    assert (interface.num_bits, interface.code_width) == (12, 10)
+    table = interface.table()
+    distinct_rows = torch.unique(table, dim=0).shape[0]
+    codes = interface.code_bits(torch.arange(3000))
+    packed = (codes << torch.arange(10)).sum(-1)
+    assert distinct_rows == torch.unique(packed).numel() <= 1 << 10  # the lift keeps every code bit
+    assert interface.collisions() == 3000 - distinct_rows >= 3000 - 1024
+    assert torch.bincount(packed).max() <= 1 << (12 - 10)  # each code shared by at most 2^(K-K') ids
+    with pytest.raises(ValueError, match=r"model.interface.bits: 12 bits must be from 1 to K - 1 = 11"):
+        build_interface(opts(name="hashed", bits=12), 3000, 64)
+
+
+@pytest.mark.parametrize("width", [13, 32, 64])
+def test_wide_random_codes_are_distinct_by_construction(width: int) -> None:
+    interface = build_interface(opts(name="wide-random", width=width, seed=1, lift="interleave"), 3000, 128)
+    assert interface.code_width == width
+    codes = interface.code_bits(torch.arange(3000))
+    assert codes.shape == (3000, width)
+    assert torch.unique(codes, dim=0).shape[0] == 3000
+    assert 0.4 < codes.float().mean().item() < 0.6  # about half the bits set: random-looking, not the id
+    assert torch.unique(interface.table(), dim=0).shape[0] == 3000
+
+
+def test_wide_random_refuses_a_width_that_is_not_wider() -> None:
+    with pytest.raises(ValueError, match=r"model.interface.width: 12 bits is not more than the K = 12 bits"):
+        build_interface(opts(name="wide-random", width=12), 3000, 64)
+    with pytest.raises(ValueError, match=r"model.interface.width: expected a number of bits from 2 to 64"):
+        opts(name="wide-random", width=65)
+
+
+def test_gaussian_is_a_stateless_function_of_seed_and_id() -> None:
+    import math
+
+    interface = build_interface(opts(name="gaussian", seed=5), 2000, 128)
+    assert (
+        list(interface.parameters()) == [] and list(interface.buffers()) == []
+    )  # nothing V×d, nothing trained
+    table = interface.table()
+    assert abs(table.mean().item()) < 0.01
+    assert abs(table.std().item() - 1 / math.sqrt(2)) < 0.01  # σ = 1/√2: E‖x‖² = d/2, as the {0,1} codes
+    assert abs(table.pow(2).sum(1).mean().item() / 128 - 0.5) < 0.01
+    ids = torch.tensor([[3, 1999, 0], [17, 3, 2]])
+    assert torch.equal(interface(ids), table[ids])  # any id, any batch: the same row
+    assert not torch.equal(build_interface(opts(name="gaussian", seed=6), 2000, 128).table(), table)
+    scaled = build_interface(opts(name="gaussian", seed=5, sigma=2.0), 2000, 128).table()
+    assert torch.allclose(scaled, table * 2 * math.sqrt(2), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"model.interface.sigma: expected a positive number"):
+        opts(name="gaussian", sigma=0.0)
+
+
+@pytest.mark.parametrize("code", ["canonical", "affine"])
+def test_projected_is_the_code_times_a_trainable_map(code: str) -> None:
+    from tablefree.codes import AffineMap, ids_to_bits
+
+    interface = build_interface(opts(name="projected", code=code, affine_seed=3, values="pm1"), 3000, 64)
+    (weight,) = list(interface.parameters())
+    assert weight.shape == (64, 12)  # K·d trainable parameters
+    torch.nn.init.normal_(weight)
+    bits = ids_to_bits(torch.arange(3000), 12)
+    if code == "affine":
+        bits = AffineMap.from_seed(12, 3).encode(bits)
+    expected = (bits.float() * 2 - 1) @ weight.detach().T
+    assert torch.allclose(interface.table(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_gradient_reaches_fixed_parts(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    model = build_model(
+        ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=name), seed=0
+    )
+    ids = torch.randint(0, 300, (2, 8))
+    model.loss(ids, ids).backward()
+    trainable = {n for n, _ in model.input.named_parameters()}
+    assert trainable == {"learned": {"weight"}, "projected": {"projection.weight"}}.get(name, set())
+    for parameter in model.input.parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+    for buffer in model.input.buffers():
+        assert not buffer.requires_grad and buffer.grad is None
+
+
+@pytest.mark.parametrize("name", ["gaussian", "wide-random", "hashed", "projected"])
+def test_interface_seeds_follow_the_training_seed(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    options = {"name": name, "code": "affine"} if name == "projected" else {"name": name}
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=options)
+    one, two = build_model(config, seed=1), build_model(config, seed=2)
+    field = "affine_seed" if name == "projected" else "seed"
+    assert getattr(one.config.interface, field) == 1 and getattr(two.config.interface, field) == 2
+    if name != "projected":  # projected's table also depends on its trained map
+        assert not torch.equal(one.input.table(), two.input.table())
+
+
+def test_paper_preset_counts_of_every_interface() -> None:
+    from tablefree.config import preset
+    from tablefree.params import param_breakdown
+
+    for name in ALL:
+        b = param_breakdown(preset("paper-1.7b", interface=name))
+        expected = {"learned": 100_663_296, "projected": 16 * 2048}.get(name, 0)
+        assert b.input_interface == expected, name
+        assert b.total_trainable == 1_711_376_384 + expected, name
+
+
+@pytest.fixture(scope="module")
+def markov_data(tmp_path_factory):
+    from train_helpers import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("ablation") / "data")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gaussian", "projected", "wide-random", "hashed"])
+def test_the_ablation_interfaces_train(tmp_path, markov_data, name: str) -> None:
+    from tablefree.checkpoint import load_model
+    from tablefree.train.trainer import train
+    from train_helpers import micro_config, train_losses
+
+    run = tmp_path / "run"
+    summary = train(micro_config(markov_data, budget="10 steps", **{"model.interface": name}), run)
+    assert summary["completed"]
+    losses = train_losses(run)
+    first, last = losses[min(losses)], losses[max(losses)]
+    assert last < first - 0.1, losses
+    model, _ = load_model(run)
+    assert model.config.interface.name == name

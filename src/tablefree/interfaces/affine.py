@@ -60,14 +60,14 @@ class AffineCode(FixedCode):
 
     def _rebuild_tables(self) -> None:
         if self.affine_matrix.device.type != "meta":
-            self.id_tables.copy_(affine_id_tables(self.affine_map, self.options.bit_order))
+            self.id_tables.copy_(affine_id_tables(self.affine_map, self.bit_order))
 
     @property
     def affine_map(self) -> AffineMap:
         return AffineMap(self.affine_matrix, self.affine_offset)
 
     def packed_bit_of_code_bit(self) -> torch.Tensor:
-        return torch.arange(self.code_bits, device="cpu")  # the tables pack code bit i at integer bit i
+        return torch.arange(self.code_width, device="cpu")  # the tables pack code bit i at integer bit i
 
     def packed_code(self, ids: torch.Tensor) -> torch.Tensor:
         return affine_encode_ids(ids, self.id_tables)
@@ -81,7 +81,7 @@ class AffineCode(FixedCode):
 
     def describe_code(self) -> str:
         return (
-            f"the K-bit binary code of t (K = {self.num_bits}, bit order `{self.options.bit_order}`), recoded by "
+            f"the K-bit binary code of t (K = {self.num_bits}, bit order `{self.bit_order}`), recoded by "
             f"the affine map c' = A·c ⊕ b over GF(2) (`affine_seed={self.options.affine_seed}`)"
         )
 

@@ -92,11 +92,11 @@ def describe_lift(options: LiftOptions, k: int, d_model: int) -> str:
 
 class FixedCode(InputInterface):
     """Base of the binary-code interfaces: an integer per id holding its code (``packed_code``), whose
-    ``code_bits`` bits are read out, mapped to {0,1} or {-1,+1} and lifted to width d.
+    ``code_width`` bits are read out, mapped to {0,1} or {-1,+1} and lifted to width d.
 
     The bits are extracted K'-wide (a shift and a mask) and only then gathered to width d, so the per-token work
     is one d-wide copy, like a table lookup; no V-sized state exists. ``num_bits`` is K = ceil(log2 V), the
-    id's own length; ``code_bits`` (K' below) is the length of the code that is lifted (K unless a subclass
+    id's own length; ``code_width`` (K' below) is the length of the code that is lifted (K unless a subclass
     widens or narrows it).
     """
 
@@ -105,13 +105,13 @@ class FixedCode(InputInterface):
     def __init__(self, options: LiftOptions, vocab_size: int, d_model: int) -> None:
         super().__init__(options, vocab_size, d_model)
         self.num_bits = num_bits(vocab_size)
-        self.code_bits = self.code_length()
-        check_lift_width(self.code_bits, d_model)
+        self.code_width = self.code_length()
+        check_lift_width(self.code_width, d_model)
         # int32 arithmetic moves half the bytes of int64; packed codes of up to 31 bits fit.
         self.code_dtype = torch.int32 if self.packed_width() <= 31 else torch.int64
         # K'- and d-sized, derived from the options, so not saved in checkpoints.
         self.register_buffer(
-            "bit_shifts", torch.empty(self.code_bits, dtype=self.code_dtype), persistent=False
+            "bit_shifts", torch.empty(self.code_width, dtype=self.code_dtype), persistent=False
         )
         self.register_buffer("lift_index", torch.empty(d_model, dtype=torch.int64), persistent=False)
         self.register_fixed_buffers()
@@ -130,15 +130,26 @@ class FixedCode(InputInterface):
 
     def reset_fixed_state(self) -> None:
         self.bit_shifts.copy_(self.packed_bit_of_code_bit())
-        self.lift_index.copy_(lift_index(self.code_bits, self.d_model, self.options.lift))
+        self.lift_index.copy_(lift_index(self.code_width, self.d_model, self.options.lift))
+
+    @property
+    def bit_order(self) -> str:
+        """Which end of the id is bit 0 of the code vector (``lsb`` for codes without the option)."""
+        return getattr(self.options, "bit_order", "lsb")
 
     def packed_bit_of_code_bit(self) -> torch.Tensor:
         """Where code-vector bit j sits in the integer returned by ``packed_code``."""
-        return id_bit_of_code_bit(self.num_bits, self.options.bit_order)
+        return id_bit_of_code_bit(self.num_bits, self.bit_order)
 
     def packed_code(self, ids: torch.Tensor) -> torch.Tensor:
         """An integer per id holding its code (for the canonical code: the id itself)."""
         return ids
+
+    def code_bits(self, ids: torch.Tensor) -> torch.Tensor:
+        """The K'-bit code of each id, as int64 bits of shape ``ids.shape + (K',)`` (before the lift)."""
+        check_token_ids(ids, self.vocab_size)
+        code = self.packed_code(ids).to(self.code_dtype)
+        return ((code.unsqueeze(-1) >> self.bit_shifts) & 1).to(torch.int64)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         check_token_ids(ids, self.vocab_size)
@@ -146,15 +157,14 @@ class FixedCode(InputInterface):
         bits = ((code.unsqueeze(-1) >> self.bit_shifts) & 1).to(torch.get_default_dtype())
         if self.options.values == "pm1":
             bits = bits * 2 - 1
-        lifted = torch.index_select(bits.reshape(-1, self.code_bits), 1, self.lift_index)
+        lifted = torch.index_select(bits.reshape(-1, self.code_width), 1, self.lift_index)
         return lifted.view(*ids.shape, self.d_model)
 
     def describe_code(self) -> str:
         """What the code of id t is (the start of the model card's sentence)."""
-        order = self.options.bit_order
-        return f"the K-bit binary code of t (K = {self.num_bits}, bit order `{order}`)"
+        return f"the K-bit binary code of t (K = {self.num_bits}, bit order `{self.bit_order}`)"
 
     def describe(self) -> str:
         return (
-            f"Row t is {self.describe_code()}, {describe_lift(self.options, self.code_bits, self.d_model)}."
+            f"Row t is {self.describe_code()}, {describe_lift(self.options, self.code_width, self.d_model)}."
         )
