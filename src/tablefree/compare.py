@@ -381,7 +381,7 @@ def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         from tablefree.train.config import TrainConfig
 
         train_config = from_dict(TrainConfig, run.recipe, where=f"recipe of {run.name}")
-        summary = trainer.train(train_config, run.directory, resume=True)
+        summary = trainer.train(train_config, run.directory, resume="auto")
     if not summary.get("completed"):
         reason = summary.get("stop_reason", "unknown")
         if str(reason).startswith("stopped by"):  # SIGINT/SIGTERM: the user stops the sweep
@@ -406,7 +406,7 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         str(recipe_path),
         "--run-dir",
         str(run.directory),
-        "--resume",
+        "--resume-if-present",
     ]
     log_path = run.directory / "train.log"
     with open(log_path, "a", encoding="utf-8") as log_file:
