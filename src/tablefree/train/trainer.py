@@ -452,7 +452,12 @@ class Trainer:
                         stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
                         if self.info.is_main:
                             print(
-                                f"\n{stop_reason} after step {state.step}; checkpoint saved. Continue with --resume.",
+                                f"\n{stop_reason} after step {state.step}; "
+                                + (
+                                    "no checkpoint (checkpoint_format: none)."
+                                    if self.config.checkpoint_format == "none"
+                                    else "checkpoint saved. Continue with --resume."
+                                ),
                                 flush=True,
                             )
                         break
@@ -620,6 +625,9 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
+        if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
+            self.saved_at = state.step
+            return None
         poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
         if any_rank(bool(poisoned), self.device):
             last = checkpointing.latest_checkpoint(self.run_dir)
