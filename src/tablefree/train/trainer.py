@@ -38,6 +38,8 @@ from tqdm import tqdm
 from tablefree.checkpoint import META_FILE, read_json, write_json_atomic, write_text_atomic
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
+from tablefree.hardware import Ceiling
+from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.model import build_model
 from tablefree.params import param_breakdown
 from tablefree.train import checkpointing
@@ -51,25 +53,19 @@ from tablefree.train.parallelize import (
     init_distributed,
     parallelize,
 )
+from tablefree.train.precision import (
+    Decision,
+    autocast_dtype,
+    choose_compile,
+    choose_precision,
+    estimate_eager_seconds,
+)
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 # Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
 KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
-
-# Dense bf16 peak FLOP/s per device (vendor datasheets, no sparsity). The CPU entry is a rough guess per core
-# (AVX2/AVX-512 FMA at ~3 GHz); pass --peak-flops for a real figure.
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100 PCIe": 756e12,
-    "H100 NVL": 835e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10": 125e12,
-}
-CPU_FLOPS_PER_CORE_GUESS = 100e9
 
 
 class NonFiniteLossError(ValueError):
@@ -85,18 +81,6 @@ def flops_per_token(model_config: ModelConfig, seq_len: int) -> int:
     non_embedding = param_breakdown(model_config).non_embedding
     c = model_config
     return 6 * non_embedding + 12 * c.n_layers * c.n_heads * c.head_dim * seq_len
-
-
-def peak_flops_per_device(device: torch.device, override: float | None = None) -> float:
-    if override:
-        return override
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, value in PEAK_FLOPS.items():  # most specific names first
-            if key in name:
-                return value
-        return PEAK_FLOPS["A100"]
-    return CPU_FLOPS_PER_CORE_GUESS * torch.get_num_threads()
 
 
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
@@ -124,12 +108,6 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy in fp32."""
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
-
-
-def resolve_precision(config: TrainConfig, device: torch.device) -> str:
-    if config.precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    return config.precision
 
 
 def resolved_config(config: TrainConfig, model_config: ModelConfig, seq_len: int) -> TrainConfig:
@@ -164,10 +142,15 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
     model_config = config.model.build(dataset_vocab_size=int(manifest["vocab_size"]))
     run_plan = plan(config, model_config, info.world_size)
     config = resolved_config(config, model_config, run_plan.seq_len)
-    precision = resolve_precision(config, device)
     breakdown = param_breakdown(model_config)
     flops_token = flops_per_token(model_config, run_plan.seq_len)
-    peak_flops = peak_flops_per_device(device, config.peak_flops)
+    precision_choice = choose_precision(config.precision, device)
+    precision = precision_choice.value
+    # MFU's ceiling: the measured matmul rate of the dtype in use on this device (cached per machine).
+    ceiling = measured_peak_flops(device, autocast_dtype(precision), override=config.peak_flops)
+    peak_flops = ceiling.flops
+    eager_s = estimate_eager_seconds(flops_token * run_plan.total_tokens / info.world_size, peak_flops)
+    compile_choice = choose_compile(config.compile, device, estimated_eager_s=eager_s)
     tokenizer_path = data_dir / manifest.get("tokenizer_file", "tokenizer.json")
 
     # ---- the run directory: a fresh run must not overwrite another run
@@ -187,7 +170,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
         model,
         info,
         parallel=config.parallel,
-        compile=config.compile,
+        compile=compile_choice.value,
         activation_checkpointing=config.activation_checkpointing,
         param_dtype=param_dtype,
     )
@@ -225,7 +208,16 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
     metrics = MetricsLog(run_dir, enabled=info.is_main)
     if info.is_main:
         describe_run(
-            config, model_config, run_plan, info, precision, breakdown, flops_token, peak_flops, run_dir
+            config,
+            model_config,
+            run_plan,
+            info,
+            breakdown,
+            flops_token,
+            run_dir,
+            precision_choice,
+            compile_choice,
+            ceiling,
         )
         if checkpoint is not None:
             print(f"resumed from {checkpoint} (step {step}, {tokens_seen:,} tokens)", flush=True)
@@ -283,8 +275,10 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
             "train_time_s": total_train_time,
             "tokens_per_s": tokens_per_s,
             "mfu": flops_token * tokens_per_s / (peak_flops * info.world_size),
+            "tflops_per_device": flops_token * tokens_per_s / info.world_size / 1e12,
             "flops_per_token": flops_token,
             "peak_flops_per_device": peak_flops,
+            "peak_flops_source": {"source": ceiling.source, "dtype": ceiling.dtype, **ceiling.provenance},
             "final_train_loss": last_train_loss,
             "final_val_loss": last_val_loss,
             "params": breakdown.as_dict(),
@@ -293,6 +287,9 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
             "world_size": info.world_size,
             "device": str(device),
             "precision": precision,
+            "precision_reason": precision_choice.reason,
+            "compiled": compile_choice.value,
+            "compile_reason": compile_choice.reason,
             "grad_accum": run_plan.grad_accum,
             "peak_memory_gb": peak_memory_gb(device),
         }
@@ -365,7 +362,8 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
 
             if step % config.log_every == 0 or step == run_plan.total_steps:
                 tokens_per_s = interval_steps * run_plan.tokens_per_step / max(interval_time, 1e-9)
-                mfu = flops_token * tokens_per_s / (peak_flops * info.world_size)
+                tflops = flops_token * tokens_per_s / info.world_size / 1e12  # achieved, per device
+                mfu = tflops * 1e12 / peak_flops
                 record = {
                     "step": step,
                     "tokens": tokens_seen,
@@ -373,6 +371,7 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
                     "lr": lr,
                     "grad_norm": float(grad_norm),
                     "tokens_per_s": tokens_per_s,
+                    "tflops": tflops,
                     "mfu": mfu,
                     "elapsed_s": prior_wall + time.perf_counter() - wall_start,
                 }
@@ -380,13 +379,14 @@ def _train(config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> 
                 eta = (run_plan.total_steps - step) * interval_time / interval_steps
                 progress.set_postfix_str(
                     f"loss {train_loss:.4f} | {human(tokens_seen)} tok | {human(tokens_per_s)} tok/s | "
-                    f"MFU {100 * mfu:.1f}%",
+                    f"{tflops:.3g} TFLOP/s, MFU {100 * mfu:.1f}%",
                     refresh=False,
                 )
                 if info.is_main and progress.disable:
                     print(
                         f"step {step}/{run_plan.total_steps} | loss {train_loss:.4f} | lr {lr:.2e} | "
-                        f"{human(tokens_seen)} tok | {human(tokens_per_s)} tok/s | MFU {100 * mfu:.1f}% | "
+                        f"{human(tokens_seen)} tok | {human(tokens_per_s)} tok/s | {tflops:.3g} TFLOP/s, "
+                        f"MFU {100 * mfu:.1f}% | "
                         f"ETA {format_seconds(eta)}",
                         flush=True,
                     )
@@ -585,11 +585,12 @@ def describe_run(
     model_config: ModelConfig,
     run_plan: Any,
     info: DistInfo,
-    precision: str,
     breakdown: Any,
     flops_token: int,
-    peak_flops: float,
     run_dir: Path,
+    precision: Decision,
+    compiled: Decision,
+    ceiling: Ceiling,
 ) -> None:
     print(
         f"tablefree train: {config.model.preset} / {model_config.interface.name} interface, seed {config.seed}\n"
@@ -598,9 +599,10 @@ def describe_run(
         f"  steps: {run_plan.total_steps:,} × {run_plan.tokens_per_step:,} tokens = "
         f"{human(run_plan.total_tokens)} tokens; seq_len {run_plan.seq_len}, micro_batch "
         f"{run_plan.micro_batch} × world {run_plan.world_size} × grad_accum {run_plan.grad_accum}\n"
-        f"  device: {info.device} ({precision}, {config.parallel if info.world_size > 1 else 'single process'}"
-        f"{', compiled' if config.compile else ''}); {flops_token / 1e6:.1f} MFLOP/token, peak "
-        f"{peak_flops / 1e12:.1f} TFLOP/s per device\n"
+        f"  device: {info.device} ({config.parallel if info.world_size > 1 else 'single process'}); "
+        f"{flops_token / 1e6:.1f} MFLOP/token; MFU against {ceiling.describe()}\n"
+        f"  precision: {precision.value} ({precision.reason})\n"
+        f"  compile: {'on' if compiled.value else 'off'} ({compiled.reason})\n"
         f"  run dir: {run_dir}",
         flush=True,
     )
