@@ -101,8 +101,17 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # foreach on both devices; fused only exists for floating-point CUDA tensors.
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    # Fused (one kernel over all tensors) where every parameter is a plain fp32 CPU or CUDA tensor: on 2 CPU
+    # threads it takes a quarter of the time of the default per-tensor loop (21 vs 80 ms per step for `small`,
+    # benchmarks/train_throughput.py); sharded DTensors (FSDP2) keep the default implementation.
+    fused = all(
+        p.dtype == torch.float32 and p.device.type in ("cpu", "cuda") and type(p) is torch.nn.Parameter
+        for group in groups
+        for p in group["params"]
+    )
+    return torch.optim.AdamW(
+        groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=fused or None
+    )
 
 
 def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
