@@ -293,3 +293,16 @@ def test_interfaces_stay_matched_under_bf16_and_compile(monkeypatch, data_dir, t
     compiled = train_losses(tmp_path / "learned")
     assert compiled[1] == pytest.approx(train_losses(tmp_path / "eager")[1], rel=0.01)
     assert eager["compiled"] is False
+
+
+def test_hardware_command_reports_measured_ceilings(ceiling_cache, monkeypatch, capsys) -> None:
+    from tablefree.cli import main
+
+    monkeypatch.setitem(hardware.SIZES, "cpu", (64,))
+    assert main(["hardware", "--device", "cpu", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [c["dtype"] for c in report["ceilings"]] == ["fp32", "bf16"]
+    assert all(c["source"] == "measured" and c["flops"] > 0 for c in report["ceilings"])
+    assert report["precision_auto"]["value"] in ("fp32", "bf16") and report["precision_auto"]["reason"]
+    assert ceiling_cache.exists()
+    assert main(["hardware", "--device", "cpu", "--threads", "0"]) == 1  # a clear error, not a traceback
