@@ -1,12 +1,13 @@
 # `make demo` installs tablefree into .venv and runs the embedded-default experiment.
-# `make test` installs tablefree (with its interop and dev extras) into .venv and runs the test suite.
+# `make test` installs tablefree (with its interop and dev extras) into .venv and runs the test suite (CI).
+# `make test-fast` runs it without the tests marked slow (end-to-end runs), for the edit-test loop.
 # TORCH picks the PyTorch build: the default is the CPU wheel; on a GPU machine use e.g. `make TORCH=torch demo`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.tablefree-installed
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test test-fast lint bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +23,9 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -73,9 +73,23 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
-def train_benchmark_tokenizer(vocab_size: int, megabytes: float) -> Tokenizer:
-    """A byte-level BPE on the first ``megabytes`` of the shared Gutenberg corpus (speed only, not quality)."""
-    files = sorted((SHARED / "corpus" / "gutenberg-mix").rglob("*.txt"))
+def check_data(corpus: Path, eval_data: Path) -> list[Path]:
+    """Fail before any work when the tokenizer text or the HellaSwag file is missing (a GPU machine gets only
+    the working tree: ``benchmarks/gpu_data.py make`` generates both there). Returns the corpus files."""
+    files = sorted(corpus.rglob("*.txt"))
+    problems = [f"--corpus {corpus}: no .txt files"] if not files else []
+    if not (eval_data / "hellaswag_val.jsonl").is_file():
+        problems.append(f"--eval-data {eval_data}: no hellaswag_val.jsonl")
+    if problems:
+        raise SystemExit(
+            "; ".join(problems) + " (generate both with: python3 benchmarks/gpu_data.py make --out DIR, then "
+            "pass --corpus DIR/corpus --eval-data DIR/eval)"
+        )
+    return files
+
+
+def train_benchmark_tokenizer(vocab_size: int, megabytes: float, files: list[Path]) -> Tokenizer:
+    """A byte-level BPE on the first ``megabytes`` of the corpus files (speed only, not quality)."""
     texts, size = [], 0
     for path in files:
         text = path.read_bytes().decode("utf-8", errors="replace")
@@ -115,17 +129,21 @@ def main() -> None:
         "--backends", default="tablefree,naive", help=f"from {sorted(BACKENDS)}; first = reference"
     )
     parser.add_argument("--skip-full", action="store_true", help="skip the full-set run of the first backend")
-    parser.add_argument("--eval-data", default=str(SHARED / "eval"))
+    parser.add_argument("--eval-data", type=Path, default=SHARED / "eval", help="holds hellaswag_val.jsonl")
+    parser.add_argument(
+        "--corpus", type=Path, default=SHARED / "corpus" / "gutenberg-mix", help="*.txt for the tokenizer"
+    )
     parser.add_argument("--tokenizer-mb", type=float, default=4.0)
     parser.add_argument("--out", default=None, help="write the figures as JSON")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     names = args.backends.split(",")
+    corpus_files = check_data(args.corpus, args.eval_data)
 
     start = time.perf_counter()
     config = preset(args.preset, interface=args.interface)
-    tokenizer = train_benchmark_tokenizer(config.vocab_size, args.tokenizer_mb)
+    tokenizer = train_benchmark_tokenizer(config.vocab_size, args.tokenizer_mb, corpus_files)
     model = build_model(config, seed=0, device=args.device).to(getattr(torch, args.dtype)).eval()
     print(f"tokenizer + model: {time.perf_counter() - start:.1f} s; {args.preset}, vocab {config.vocab_size}")
 

@@ -32,18 +32,28 @@ def test_resolve_checkpoint_takes_the_newest_complete_step(tmp_path: Path) -> No
         resolve_checkpoint(tmp_path / "checkpoints" / "step_00000003")
 
 
-def test_unusable_device_is_a_clear_error(monkeypatch) -> None:
+def test_one_device_resolver_serves_training_loading_and_lm_eval(monkeypatch) -> None:
     import torch
 
     from tablefree.checkpoint import usable_device
+    from tablefree.device import resolve_device
+    from tablefree.evaluate.lm_eval_adapter import resolve_device as adapter_device
+    from tablefree.train.parallelize import pick_device
 
-    assert usable_device("cpu") == torch.device("cpu")
+    assert resolve_device("cpu") == usable_device("cpu") == pick_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="'bogus': not a torch device"):
-        usable_device("bogus")
+        resolve_device("bogus")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
-        usable_device("cuda:1")
-    assert usable_device("auto") == torch.device("cpu")
+    for resolver in (resolve_device, usable_device, pick_device):
+        with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
+            resolver("cuda:1")
+        assert resolver("auto") == torch.device("cpu")
+    assert resolve_device("cuda", fallback_to_cpu=True) == torch.device("cpu")
+    assert adapter_device("cuda:0") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device("auto", local_rank=3) == torch.device("cuda", 3)  # torchrun's local rank
+    assert pick_device("cuda:1", local_rank=3) == torch.device("cuda", 1)  # an explicit index wins
+    assert resolve_device(None) == torch.device("cuda")
 
 
 def test_staged_directory_appears_whole_or_not_at_all(tmp_path: Path) -> None:

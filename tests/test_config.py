@@ -23,7 +23,7 @@ def test_from_dict_names_unknown_and_bad_fields() -> None:
         from_dict(ModelConfig, {"dmodel": 3}, where="model")
     with pytest.raises(ValueError, match=r"model.n_layers: expected an integer"):
         from_dict(ModelConfig, {"n_layers": "four"}, where="model")
-    with pytest.raises(ValueError, match=r"model.interface: unknown field"):
+    with pytest.raises(ValueError, match=r"model.interface.nam: no interface has the option .nam."):
         from_dict(ModelConfig, {"interface": {"nam": "x"}}, where="model")
 
 
@@ -56,3 +56,51 @@ def test_preset_overrides() -> None:
     assert config.vocab_size == 1000 and config.interface.name == "affine"
     with pytest.raises(ValueError, match="unknown preset"):
         preset("huge")
+
+
+def test_a_named_section_keeps_its_options_in_either_order() -> None:
+    base = {"model": {"interface": {"name": "canonical", "lift": "interleave"}}}
+    one = apply_overrides(base, ["model.interface.affine_seed=3", "model.interface=affine"])
+    other = apply_overrides(base, ["model.interface=affine", "model.interface.affine_seed=3"])
+    expected = {"name": "affine", "lift": "interleave", "affine_seed": 3}
+    assert one["model"]["interface"] == other["model"]["interface"] == expected
+    # A section given by its name in the file takes fields too.
+    named = apply_overrides({"model": {"interface": "affine"}}, ["model.interface.affine_seed=4"])
+    assert named["model"]["interface"] == {"name": "affine", "affine_seed": 4}
+    with pytest.raises(ValueError, match=r"optim\.lr is 0\.1, not a section"):
+        apply_overrides({"optim": {"lr": 0.1}}, ["optim.lr.x=1"])
+    with pytest.raises(ValueError, match="not a dotted key"):
+        apply_overrides({}, ["optim..lr=1"])
+
+
+def test_errors_name_the_override_or_the_file_that_brought_the_mistake(tmp_path) -> None:
+    from tablefree.config import from_dict_with_overrides
+
+    good = {"d_model": 64, "n_heads": 4}
+    with pytest.raises(ValueError) as caught:
+        from_dict_with_overrides(ModelConfig, good, ["n_layers=2", "n_layrs=3"], "m.yaml")
+    message = str(caught.value)
+    assert message.startswith("command-line override 'n_layrs=3' (applied over m.yaml): unknown field(s)")
+    assert "['n_layrs']" in message
+    with pytest.raises(
+        ValueError, match=r"override 'interface\.lift=3' .*interface\.lift: expected a string"
+    ):
+        from_dict_with_overrides(ModelConfig, good, ["interface.lift=3"], "m.yaml")
+    # The file's own mistake is the file's, even when overrides are given too.
+    with pytest.raises(ValueError, match=r"^m\.yaml: unknown field\(s\) \['dmodel'\]"):
+        from_dict_with_overrides(ModelConfig, {"dmodel": 3}, ["n_layers=2"], "m.yaml")
+    config = from_dict_with_overrides(ModelConfig, good, ["n_layers=2"], "m.yaml", {"d_ff": 32})
+    assert (config.n_layers, config.d_ff, config.d_model) == (2, 32, 64)
+
+
+def test_train_config_blames_the_command_line_not_the_file(tmp_path) -> None:
+    from tablefree.train.config import load_train_config
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text("optim: {lr: 0.001}\n")
+    with pytest.raises(ValueError, match=r"^command-line override 'optim\.lrr=3'.*\['lrr'\]") as caught:
+        load_train_config(path, ["optim.lrr=3"])
+    assert "recipe.yaml.optim" not in str(caught.value)
+    path.write_text("optim: {lrr: 0.001}\n")
+    with pytest.raises(ValueError, match=r"recipe\.yaml\.optim: unknown field\(s\) \['lrr'\]"):
+        load_train_config(path, ["seed=1"])

@@ -47,6 +47,16 @@ def test_every_eval_file_has_the_published_sha256(shared_data) -> None:
     assert {f.path: f.sha256 for f in EVAL_FILES} == known_sums(shared_data)
 
 
+def test_downloads_are_derived_from_the_task_records() -> None:
+    """One record per task: its files, URLs and sha256s are what download-evals fetches, under its name."""
+    from tablefree.evaluate.tasks import TASKS
+
+    assert [(f.task, f.path, f.url, f.sha256) for f in EVAL_FILES] == [
+        (task.name, d.path, d.url, d.sha256) for task in TASKS.values() for d in task.data
+    ]
+    assert {f.task for f in EVAL_FILES} == set(TASKS)
+
+
 def test_download_from_a_mirror_verifies_and_skips(shared_data, serve, tmp_path) -> None:
     url = serve(shared_data / "eval")
     out = tmp_path / "eval"
@@ -75,7 +85,7 @@ def test_corrupted_file_and_404_are_errors(shared_data, serve, tmp_path) -> None
     assert not (out / "lambada_test.jsonl").exists() and not list(out.rglob("*.tmp"))
     with pytest.raises(FileNotFoundError, match="HTTP 404"):
         download_evals(out, ["piqa"], base_url=url)
-    with pytest.raises(ValueError, match="unknown evaluation task"):
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
         download_evals(out, ["nope"])
 
 
@@ -104,10 +114,27 @@ def test_parquet_source_is_converted_to_the_known_jsonl(shared_data, serve, tmp_
 def test_download_verb(shared_data, serve, tmp_path, capsys) -> None:
     url = serve(shared_data / "eval")
     assert (
-        main(["data", "download-evals", str(tmp_path / "e"), "--tasks", "piqa", "copa", "--base-url", url])
-        == 0
+        main(["data", "download-evals", str(tmp_path / "e"), "--tasks", "piqa,copa", "--base-url", url]) == 0
     )
     assert capsys.readouterr().out.count("ok ") == 3
+    # the same names as `tablefree eval --tasks`, with lm-eval's name as an alias
+    assert main(["data", "download-evals", str(tmp_path / "e"), "--tasks", "lambada", "--base-url", url]) == 0
+    assert capsys.readouterr().out.count("ok ") == 1
+    assert (
+        main(
+            [
+                "data",
+                "download-evals",
+                str(tmp_path / "e"),
+                "--tasks",
+                "lambada_openai,hellaswag,piqa",
+                "--base-url",
+                url,
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.count("ok ") == 4
     shutil.rmtree(tmp_path / "e")
     assert (
         main(

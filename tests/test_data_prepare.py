@@ -164,7 +164,8 @@ def test_uint32_shards_for_large_vocabularies(tmp_path) -> None:
     (tmp_path / "b.txt").write_text("gamma delta\n")
     manifest = prepare_dataset(tmp_path, tmp_path / "out", tokenizer=tokenizer, workers=1, progress=False)
     assert manifest["vocab_size"] > 65_536 and manifest["shard_format"]["version"] == 2
-    tokens = np.concatenate([open_shard(p) for p in split_shards(tmp_path / "out", "train")])
+    shards = split_shards(tmp_path / "out", "train") + split_shards(tmp_path / "out", "val")
+    tokens = np.concatenate([open_shard(p) for p in shards])
     assert tokens.dtype == np.uint32 and tokenizer.token_to_id("<extra_69999>") in tokens.tolist()
 
 
@@ -252,6 +253,7 @@ def test_prepare_verb(jsonl_corpus, tokenizer_path, tmp_path, capsys) -> None:
     assert "invalid-json" in printed and "docs.jsonl:9" in printed
     manifest = json.loads((out / "manifest.json").read_text())
     assert f"train: {manifest['splits']['train']['documents']:,} documents" in printed
+    assert f"validation: {manifest['validation']['documents']} documents" in printed
     assert main([*argv, "--workers", "1", "--strict", "--no-progress", "--overwrite"]) == 1
     assert "docs.jsonl:9: invalid-json" in capsys.readouterr().err
 
@@ -325,3 +327,113 @@ def test_tokenizer_without_exact_cut_points_gets_whole_documents(tmp_path, monke
     got = split_documents(tmp_path / "out", "train", manifest["eot_id"], tokenizer)
     got += split_documents(tmp_path / "out", "val", manifest["eot_id"], tokenizer)
     assert sorted(got) == sorted(docs)
+
+
+# -- the validation split: enough documents for a document-level bootstrap ---------------------------------
+
+
+def test_plan_validation_sections_of_long_books_from_different_sources() -> None:
+    from tablefree.data.prepare import VAL_MAX_SHARE, plan_validation
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(6_000, 4_000_000, size=57)  # like gutenberg-mix: 57 books, 6 KB to 4 MB
+    plan = plan_validation(lengths, val_fraction=0.005, min_documents=20, section_chars=80_000, seed=0)
+    assert plan.units == 20 and plan.sources == 20  # 20 documents, each from another book
+    held = sum(int(lengths[d]) for d in plan.whole) + 80_000 * sum(len(r) for r in plan.sections.values())
+    assert held <= VAL_MAX_SHARE * lengths.sum()
+    for doc, ranges in plan.sections.items():
+        assert all(0 < a < b <= lengths[doc] for a, b in ranges)
+    assert plan_validation(lengths, 0.005, 20, 80_000, seed=1).sections != plan.sections  # the seed matters
+    assert plan_validation(lengths, 0.0, 20, 80_000).units == 0
+    # Few books: shorter sections, several per book, each book keeping at least half of its text for
+    # training, and never more than VAL_MAX_SHARE of the text (here it allows 10 of the 20 asked for).
+    few = plan_validation([50_000] * 4, val_fraction=0.005, min_documents=20, section_chars=80_000)
+    assert few.units == 10 and few.sources == 4 and few.section_chars == 2_000
+    assert all(len(r) * few.section_chars <= 25_000 for r in few.sections.values())
+    more = plan_validation([50_000] * 4, val_fraction=0.3, min_documents=20, section_chars=80_000)
+    assert more.units == 20 and more.sources == 4 and more.section_chars == 3_000
+    # Long documents first: a few long books among many short documents lend sections, and no short
+    # document is lost to training whole.
+    mixed = plan_validation([500] * 100 + [300_000] * 25, val_fraction=0.005, min_documents=20)
+    assert mixed.units == 20 and not mixed.whole and min(mixed.sections) >= 100
+    # Many short documents: whole documents, as many as asked.
+    short = plan_validation([500] * 1000, val_fraction=0.05, min_documents=20)
+    assert len(short.whole) == 50 and not short.sections
+
+
+def test_validation_sections_round_trip_and_document_bounds(tmp_path) -> None:
+    from tablefree.data.loader import document_bounds, validation_documents
+
+    rng = np.random.default_rng(2)
+    books = []
+    for b in range(6):
+        lines = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 12)))) for _ in range(1000)]
+        books.append(f"Book {b}\n" + "\n".join(lines) + "\n")
+        (tmp_path / f"book{b}.txt").write_text(books[-1], encoding="utf-8")
+    out = tmp_path / "data"
+    manifest = prepare_dataset(
+        tmp_path,
+        out,
+        vocab_size=300,
+        workers=1,
+        val_fraction=0.2,
+        val_documents=20,
+        val_section_chars=2_000,
+        progress=False,
+    )
+    record = manifest["validation"]
+    assert record["documents"] == manifest["splits"]["val"]["documents"] == 20
+    assert record["source_documents"] == 6 and record["sections"] == 20
+    tokenizer = load_tokenizer(out / "tokenizer.json")
+    train = split_documents(out, "train", manifest["eot_id"], tokenizer)
+    val = split_documents(out, "val", manifest["eot_id"], tokenizer)
+    # Every book is exactly its training pieces interleaved with its held-out sections, cut at line starts.
+    items = validation_documents(out)
+    assert [item["tokens"] for item in items] == [len(tokenizer.encode(v).ids) + 1 for v in val]
+    for b, book in enumerate(books):
+        k = sum(item["file"] == f"book{b}.txt" for item in items)
+        pieces, sections = train[: k + 1], val[:k]
+        train, val = train[k + 1 :], val[k:]
+        assert all(p.endswith("\n") for p in pieces[:-1])
+        assert "".join(p + s for p, s in zip(pieces, [*sections, ""], strict=True)) == book
+    assert not train and not val
+    # The boundaries API gives each document's token range of the val stream.
+    bounds = document_bounds(out, "val")
+    stream = np.concatenate([np.asarray(open_shard(p)) for p in split_shards(out, "val")])
+    assert bounds.tolist() == [*np.flatnonzero(stream == manifest["eot_id"]).tolist(), len(stream)]
+    assert [item["start"] for item in items] == bounds[:-1].tolist()
+
+
+def test_damaged_journal_or_manifest_is_an_error_naming_the_file(
+    jsonl_corpus, tokenizer_path, tmp_path
+) -> None:
+    root, _ = jsonl_corpus
+    out = tmp_path / "data"
+    out.mkdir()
+    kwargs = dict(tokenizer=tokenizer_path, workers=1, progress=False)
+    (out / STATE_FILE).write_text('{"fingerprint": "x",\n "splits": [')
+    with pytest.raises(ValueError, match=r"\.prepare-state\.json: malformed JSON \(.* at line 2\)"):
+        prepare_dataset(root, out, **kwargs)
+    (out / STATE_FILE).write_text(
+        json.dumps({"fingerprint": "x", "tokenizer_hash": "y", "splits": {"train": 1}})
+    )
+    with pytest.raises(ValueError, match=r"\.prepare-state\.json: field 'splits' must hold train and val"):
+        prepare_dataset(root, out, **kwargs)
+    (out / STATE_FILE).unlink()
+    manifest = prepare_dataset(root, out, **kwargs)
+    (out / "manifest.json").write_text(json.dumps(manifest)[:-20])
+    with pytest.raises(ValueError, match=r"manifest\.json: malformed JSON"):
+        prepare_dataset(root, out, **kwargs)
+
+
+def test_gutenberg_mix_validation_is_20_sections_of_20_books(shared_data) -> None:
+    from tablefree.data.corpus import Corpus
+    from tablefree.data.prepare import LocalDocuments
+
+    corpus = Corpus(shared_data / "corpus/gutenberg-mix", gutenberg=True)
+    docs = LocalDocuments(corpus, corpus.scan(), val_fraction=0.005, seed=0)
+    items = docs.validation_items()
+    assert len(items) == 20 and not any(item["whole"] for item in items)
+    assert len({item["file"] for item in items}) == 20  # 20 different books
+    assert docs.counts == {"train": 57 + 20, "val": 20}  # each sectioned book is two training documents
+    assert 20 * 80_000 / sum(docs.lengths) < 0.05  # under 5% of the text held out

@@ -68,9 +68,19 @@ def test_load_tokenizer_file_dir_and_errors(trained, tmp_path, monkeypatch) -> N
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match=r"not a Hugging Face tokenizer\.json"):
         load_tokenizer(tmp_path / "bad.json")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network here: the hub path must fail with a clear message
-    with pytest.raises(FileNotFoundError, match="hub"):
+    # Nothing downloads in tests: the hub download is replaced by one that fails as an offline machine does
+    # (HF_HUB_OFFLINE alone stops working once huggingface_hub has read its settings in an earlier test).
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    asked = []
+
+    def offline(repo_id: str, filename: str, **kwargs) -> str:
+        asked.append((repo_id, filename))
+        raise OSError("offline: no network")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    with pytest.raises(FileNotFoundError, match=r"hub.*OSError: offline"):
         load_tokenizer("HuggingFaceTB/SmolLM-135M")
+    assert asked == [("HuggingFaceTB/SmolLM-135M", "tokenizer.json")]
 
 
 def test_eot_id_alternatives_and_absence() -> None:
@@ -124,3 +134,16 @@ def test_tokenizer_train_verb(small_corpus, tmp_path, capsys) -> None:
     assert load_tokenizer(out).get_vocab_size() == 400
     assert tokenizer_hash(out) in capsys.readouterr().out
     assert main(["tokenizer", "train", str(small_corpus[0]), "--vocab-size", "100", "-o", str(out)]) == 1
+
+
+def test_tokenizer_train_reports_junk_and_an_unfilled_vocabulary(tmp_path, capsys) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "ab ab ab ab abc abc"}\n{broken\n', encoding="utf-8")
+    out = tmp_path / "t.json"
+    assert main(["tokenizer", "train", str(corpus), "--vocab-size", "300", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "a.jsonl:2: invalid-json" in captured.out  # junk named as `data prepare` names it
+    got = load_tokenizer(out).get_vocab_size()
+    assert got < 300
+    assert f"the corpus filled {got} of the 300 tokens asked for" in captured.err

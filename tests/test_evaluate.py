@@ -4,9 +4,11 @@ prompt construction against lm-eval's own task code on the real benchmark files,
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import math
 import random
+import re
 import sys
 import types
 from pathlib import Path
@@ -447,8 +449,26 @@ def test_bad_labels_in_other_formats_name_file_and_line(tmp_path):
 
 
 def test_missing_data_file_says_how_to_get_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"tablefree data download-evals DIR"):
+    with pytest.raises(FileNotFoundError, match=r"tablefree data download-evals \S+nowhere --tasks lambada"):
         load_docs(TASKS["lambada"], tmp_path / "nowhere")
+
+
+def test_all_missing_files_are_listed_at_once_with_the_command_that_fetches_them(
+    shared_data, checkpoint, tmp_path, capsys
+):
+    """Only the main three benchmarks present: `--tasks all` names every missing file in one error."""
+    for name in ("hellaswag", "piqa", "lambada"):
+        for relative in TASKS[name].files:
+            _write(tmp_path / relative, (shared_data / "eval" / relative).read_text())
+    code = cli_main(["eval", str(checkpoint), "--tasks", "all", "--eval-data", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    extra = [name for name in TASKS if name not in ("hellaswag", "piqa", "lambada")]
+    for name in extra:
+        for relative in TASKS[name].files:
+            assert f"{name}: {tmp_path / relative}" in err
+    assert f"tablefree data download-evals {tmp_path} --tasks {','.join(extra)}" in err
+    assert "hellaswag:" not in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -460,13 +480,14 @@ def _prepared_dataset(root: Path, tokenizer: Tokenizer, text: str) -> list[int]:
     tokens = [eot, *tokenizer.encode(text).ids, eot, *tokenizer.encode(text.upper()).ids]
     root.mkdir(parents=True, exist_ok=True)
     write_shard(root / "val_000000.bin", np.array(tokens), tokenizer.get_vocab_size())
+    sha = hashlib.sha256((root / "val_000000.bin").read_bytes()).hexdigest()
     manifest = {
         "version": 1,
         "tokenizer_hash": tokenizer_hash(tokenizer),
         "tokenizer_file": "tokenizer.json",
         "vocab_size": tokenizer.get_vocab_size(),
         "eot_id": eot,
-        "splits": {"val": {"shards": [{"file": "val_000000.bin", "tokens": len(tokens), "sha256": "x"}]}},
+        "splits": {"val": {"shards": [{"file": "val_000000.bin", "tokens": len(tokens), "sha256": sha}]}},
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
     return tokens
@@ -588,3 +609,177 @@ def test_validation_refuses_a_dataset_of_another_tokenizer(checkpoint, tokenizer
         run_eval(checkpoint, ["validation"], val_data=tmp_path / "data")
     with pytest.raises(ValueError, match="--val-data"):
         run_eval(checkpoint, ["validation"])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Checked before scoring (issue 15), kept as it finishes, bad files end in our own errors (issue 12)
+
+
+def _copy_eval(shared_data: Path, root: Path, names: list[str]) -> Path:
+    for name in names:
+        for relative in TASKS[name].files:
+            _write(root / relative, (shared_data / "eval" / relative).read_text(encoding="utf-8"))
+    return root
+
+
+def test_unwritable_outputs_are_refused_before_any_work(shared_data, checkpoint, tmp_path, monkeypatch):
+    import tablefree.evaluate.evaluator as evaluator
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the output paths were checked")
+
+    monkeypatch.setattr(evaluator, "load_model", no_model)
+    common = {"data_dir": shared_data / "eval", "limit": 2}
+    with pytest.raises(
+        FileNotFoundError, match=r"--out \S+missing/dir/r\.json: directory \S+missing/dir does"
+    ):
+        run_eval(checkpoint, ["copa"], out=tmp_path / "missing/dir/r.json", **common)
+    with pytest.raises(ValueError, match=r"--examples-out \S+: is a directory"):
+        run_eval(checkpoint, ["copa"], examples_out=tmp_path, **common)
+    with pytest.raises(ValueError, match=r"--examples-out and --out are the same file"):
+        run_eval(checkpoint, ["copa"], out=tmp_path / "a.json", examples_out=tmp_path / "a.json", **common)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit", [0, -3])
+def test_limit_zero_is_an_error_everywhere(checkpoint, limit, capsys):
+    from tablefree.evaluate.tasks import parse_limit
+
+    with pytest.raises(ValueError, match="limit must be a positive number of documents"):
+        run_eval(checkpoint, ["copa"], limit=limit)
+    with pytest.raises(ValueError, match=r"leave it out .* for the full sets"):
+        parse_limit(str(limit))
+    with pytest.raises(SystemExit):
+        cli_main(["eval", str(checkpoint), "--limit", str(limit)])
+    assert "limit must be a positive number" in capsys.readouterr().err
+    assert parse_limit("all") is None and parse_limit(None) is None and parse_limit("7") == 7
+
+
+def test_aliases_and_all_resolve_to_one_name_per_task():
+    from tablefree.evaluate.tasks import TASK_ALIASES, get_task, parse_task_names
+
+    assert TASK_ALIASES == {"lambada_openai": "lambada"}
+    assert get_task("lambada_openai") is TASKS["lambada"]
+    assert parse_task_names("lambada_openai, piqa,lambada") == ["lambada", "piqa"]
+    assert parse_task_names(["hellaswag,piqa", "copa"]) == ["hellaswag", "piqa", "copa"]
+    assert parse_task_names("all") == list(TASKS)
+    assert parse_task_names("piqa,validation", extra=["validation"]) == ["piqa", "validation"]
+    with pytest.raises(ValueError, match="unknown tasks 'x', 'y'"):
+        parse_task_names("x,piqa,y")
+
+
+def _long_lambada(root: Path, tokenizer: Tokenizer) -> tuple[Path, int]:
+    """A LAMBADA file whose third document's last word is longer than MAX_LEN tokens."""
+    rng = random.Random(0)
+    word = "".join(rng.choice("qxzjvkw#%&") for _ in range(4 * MAX_LEN))
+    assert len(tokenizer.encode(" " + word).ids) > MAX_LEN
+    lines = [
+        '{"text": "the cat sat on the mat"}',
+        '{"text": "a b c"}',
+        json.dumps({"text": "it was " + word}),
+    ]
+    return _write(root / "lambada_test.jsonl", "\n".join(lines) + "\n"), len(tokenizer.encode(" " + word).ids)
+
+
+def test_a_continuation_longer_than_the_context_is_found_before_scoring(
+    shared_data, checkpoint, tokenizer, tmp_path, monkeypatch
+):
+    import tablefree.evaluate.evaluator as evaluator
+
+    root = _copy_eval(shared_data, tmp_path / "eval", ["copa"])
+    path, length = _long_lambada(root, tokenizer)
+    scored = []
+    monkeypatch.setattr(evaluator, "loglikelihoods", lambda *a, **k: scored.append(1))
+    with pytest.raises(ValueError) as error:
+        run_eval(checkpoint, ["copa", "lambada"], data_dir=root, out=tmp_path / "r.json")
+    message = str(error.value)
+    assert message.startswith(f"{path}:3: lambada document 2 has a continuation of {length} tokens")
+    assert f"context of {MAX_LEN} tokens" in message and "max_seq_len" in message and "--limit 2" in message
+    assert scored == [] and not (tmp_path / "r.json").exists()
+    # the documents before it fit
+    monkeypatch.undo()
+    results = run_eval(checkpoint, ["lambada"], data_dir=root, limit=2, bootstrap_iters=10)
+    assert results["tasks"]["lambada"]["n"] == 2
+
+
+def test_each_finished_task_is_written_before_the_next_one_runs(
+    shared_data, checkpoint, tmp_path, monkeypatch
+):
+    import tablefree.evaluate.evaluator as evaluator
+
+    real = evaluator.score_task
+
+    def stop_at_second(model, prepared, *args, **kwargs):
+        if prepared.task.name == "arc_easy":
+            raise KeyboardInterrupt
+        return real(model, prepared, *args, **kwargs)
+
+    monkeypatch.setattr(evaluator, "score_task", stop_at_second)
+    out, examples = tmp_path / "r.json", tmp_path / "ex.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(
+            checkpoint,
+            ["copa", "arc_easy"],
+            data_dir=shared_data / "eval",
+            limit=3,
+            out=out,
+            examples_out=examples,
+        )
+    partial = json.loads(out.read_text())
+    assert set(partial["tasks"]) == {"copa"} and partial["pending"] == ["arc_easy"]
+    assert [json.loads(line)["task"] for line in examples.read_text().splitlines()] == ["copa"] * 3
+    monkeypatch.setattr(evaluator, "score_task", real)
+    final = run_eval(checkpoint, ["copa", "arc_easy"], data_dir=shared_data / "eval", limit=3, out=out)
+    assert "pending" not in json.loads(out.read_text()) and set(final["tasks"]) == {"copa", "arc_easy"}
+
+
+HUGE = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, r":2: JSON nested too deeply"),
+        (
+            b'{"activity_label": "A", "ctx_a": "b", "ctx_b": "c", "endings": ["x"], "label": '
+            + HUGE.encode()
+            + b"}",
+            r":2: unreadable JSON value \(Exceeds the limit",
+        ),
+        (
+            json.dumps({**HELLASWAG_OK, "label": True}).encode(),
+            r":2: field 'label' must be int or str, got True",
+        ),
+        (
+            json.dumps({**HELLASWAG_OK, "label": HUGE}).encode(),
+            r":2: field 'label' must be an integer, got '1111",
+        ),
+        (json.dumps({**HELLASWAG_OK, "label": "²"}).encode(), r":2: field 'label' must be an integer"),
+        (
+            json.dumps({**HELLASWAG_OK, "ctx_a": "caf\xe9"}, ensure_ascii=False).encode("latin-1"),
+            r":2: invalid UTF-8 \(byte 0xe9",
+        ),
+        (json.dumps({**HELLASWAG_OK, "ctx_a": "\ud800"}).encode(), r":2: a \\u escape encodes half of a"),
+        (json.dumps(HELLASWAG_OK).replace("1}", "NaN}").encode(), r":2: unreadable JSON value \(NaN is not"),
+        (b"[1, 2]", r":2: expected a JSON object, got list"),
+    ],
+)
+def test_corrupt_eval_files_end_in_an_error_naming_file_and_line(tmp_path, data, message):
+    path = tmp_path / "hellaswag_val.jsonl"
+    path.write_bytes(json.dumps(HELLASWAG_OK).encode() + b"\n" + data + b"\n")
+    with pytest.raises(ValueError, match=re.escape(str(path)) + message):
+        load_docs(TASKS["hellaswag"], tmp_path)
+
+
+def test_byte_order_marks(tmp_path):
+    path = tmp_path / "hellaswag_val.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(HELLASWAG_OK) + "\n\n").encode() * 2)  # UTF-8: read
+    docs = load_docs(TASKS["hellaswag"], tmp_path)
+    assert [d.fields for d in docs] == [HELLASWAG_OK] * 2 and docs[1].where == f"{path}:3"
+    path.write_bytes((json.dumps(HELLASWAG_OK) + "\n").encode("utf-16"))
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ": starts with a UTF-16 byte-order mark"):
+        load_docs(TASKS["hellaswag"], tmp_path)
+    _write(tmp_path / "piqa/valid.jsonl", '{"goal": "g", "sol1": "a", "sol2": "b"}\n' * 2)
+    (tmp_path / "piqa/valid-labels.lst").write_bytes(b"0\n\xff\n")
+    with pytest.raises(ValueError, match=r"valid-labels\.lst:2: invalid UTF-8"):
+        load_docs(TASKS["piqa"], tmp_path)

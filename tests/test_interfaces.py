@@ -5,7 +5,12 @@ import torch
 
 from tablefree.codes import AffineMap, ids_to_bits
 from tablefree.config import InterfaceConfig
-from tablefree.interfaces import INTERFACES, build_interface
+from tablefree.interfaces import INTERFACES, build_interface, parse_interface_options
+
+
+def opts(**options) -> InterfaceConfig:
+    """An interface's options from keywords, as a config file gives them."""
+    return parse_interface_options(options)
 
 
 def test_registry_names() -> None:
@@ -15,7 +20,7 @@ def test_registry_names() -> None:
 @pytest.mark.parametrize("name", ["canonical", "affine"])
 def test_fixed_codes_have_no_parameters_and_no_vocab_sized_state(name: str) -> None:
     vocab, d = 49_152, 2048
-    interface = build_interface(InterfaceConfig(name=name), vocab, d)
+    interface = build_interface(opts(name=name), vocab, d)
     assert sum(p.numel() for p in interface.parameters()) == 0
     for tensor in interface.buffers():
         assert tensor.numel() < vocab  # K×K, K, or d — never V-sized
@@ -25,20 +30,20 @@ def test_tile_and_interleave_lifts() -> None:
     vocab, d = 8, 7  # K = 3, d not a multiple of K
     ids = torch.arange(vocab)
     bits = ids_to_bits(ids, 3).float()
-    tile = build_interface(InterfaceConfig(name="canonical", lift="tile"), vocab, d)(ids)
+    tile = build_interface(opts(name="canonical", lift="tile"), vocab, d)(ids)
     assert torch.equal(tile, bits[:, [0, 1, 2, 0, 1, 2, 0]])
-    inter = build_interface(InterfaceConfig(name="canonical", lift="interleave"), vocab, d)(ids)
+    inter = build_interface(opts(name="canonical", lift="interleave"), vocab, d)(ids)
     assert torch.equal(inter, bits[:, [0, 0, 0, 1, 1, 1, 2]])
 
 
 def test_signed_values() -> None:
     ids = torch.tensor([[0, 5]])
-    out = build_interface(InterfaceConfig(name="canonical", values="pm1"), 8, 6)(ids)
+    out = build_interface(opts(name="canonical", values="pm1"), 8, 6)(ids)
     assert out.tolist() == [[[-1, -1, -1, -1, -1, -1], [1, -1, 1, 1, -1, 1]]]
 
 
 def test_affine_interface_matches_affine_map() -> None:
-    config = InterfaceConfig(name="affine", affine_seed=3)
+    config = opts(name="affine", affine_seed=3)
     interface = build_interface(config, 1000, 20)
     k = interface.num_bits
     ids = torch.arange(1000)
@@ -48,7 +53,7 @@ def test_affine_interface_matches_affine_map() -> None:
 
 @pytest.mark.parametrize("name", ["learned", "canonical", "affine"])
 def test_out_of_range_ids_name_the_id_and_vocab(name: str) -> None:
-    interface = build_interface(InterfaceConfig(name=name), 100, 16)
+    interface = build_interface(opts(name=name), 100, 16)
     with pytest.raises(ValueError, match=r"token id 100 .*V=100"):
         interface(torch.tensor([[1, 100]]))
     with pytest.raises(ValueError, match=r"token id -1"):
@@ -56,14 +61,14 @@ def test_out_of_range_ids_name_the_id_and_vocab(name: str) -> None:
 
 
 def test_no_gradient_reaches_fixed_interface() -> None:
-    interface = build_interface(InterfaceConfig(name="affine"), 100, 16)
+    interface = build_interface(opts(name="affine"), 100, 16)
     out = interface(torch.tensor([[1, 2, 3]]))
     assert not out.requires_grad
 
 
 def test_affine_state_reloads_and_singular_matrix_is_refused() -> None:
-    source = build_interface(InterfaceConfig(name="affine", affine_seed=11), 500, 32)
-    target = build_interface(InterfaceConfig(name="affine", affine_seed=0), 500, 32)
+    source = build_interface(opts(name="affine", affine_seed=11), 500, 32)
+    target = build_interface(opts(name="affine", affine_seed=0), 500, 32)
     target.load_state_dict(source.state_dict())
     ids = torch.arange(500)
     assert torch.equal(target(ids), source(ids))
@@ -76,9 +81,9 @@ def test_affine_state_reloads_and_singular_matrix_is_refused() -> None:
 
 def test_unknown_interface_and_options() -> None:
     with pytest.raises(ValueError, match="unknown interface"):
-        build_interface(InterfaceConfig(name="onehot"), 10, 8)
+        build_interface(opts(name="onehot"), 10, 8)
     with pytest.raises(ValueError, match="lift"):
-        build_interface(InterfaceConfig(name="canonical", lift="spiral"), 10, 8)
+        build_interface(opts(name="canonical", lift="spiral"), 10, 8)
 
 
 def _reference_lifted(name: str, config: InterfaceConfig, vocab: int, d: int) -> torch.Tensor:
@@ -100,6 +105,291 @@ def _reference_lifted(name: str, config: InterfaceConfig, vocab: int, d: int) ->
 @pytest.mark.parametrize("values", ["01", "pm1"])
 def test_fast_path_matches_reference_construction(name: str, lift: str, bit_order: str, values: str) -> None:
     vocab, d = 3000, 50  # K = 12: two byte tables, d not a multiple of K
-    config = InterfaceConfig(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=5)
+    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=5)
     out = build_interface(config, vocab, d)(torch.arange(vocab))
     assert torch.equal(out, _reference_lifted(name, config, vocab, d))
+
+
+DISTINCTNESS_SHAPES = [(49_152, 100), (3000, 50), (1000, 10), (300, 13)]
+
+
+@pytest.mark.parametrize("name", ["canonical", "affine"])
+@pytest.mark.parametrize("lift", ["tile", "interleave"])
+@pytest.mark.parametrize("bit_order", ["lsb", "msb"])
+@pytest.mark.parametrize("values", ["01", "pm1"])
+@pytest.mark.parametrize(("vocab", "d"), DISTINCTNESS_SHAPES)
+def test_every_id_gets_a_distinct_input(
+    name: str, lift: str, bit_order: str, values: str, vocab: int, d: int
+):
+    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=1)
+    interface = build_interface(config, vocab, d)
+    table = interface(torch.arange(vocab))
+    # Rows are distinct if the K-bit codes read back from one column per bit are (cheaper than unique rows).
+    columns = _first_column_of_each_bit(interface.lift_index)
+    assert sorted(columns) == list(range(interface.num_bits))  # every bit has a copy
+    weights = torch.zeros(d, dtype=torch.int64)
+    for bit, column in columns.items():
+        weights[column] = 1 << bit
+    packed = ((table > 0).to(torch.int64) * weights).sum(1)
+    assert torch.unique(packed).numel() == vocab
+
+
+def _first_column_of_each_bit(index: torch.Tensor) -> dict[int, int]:
+    first: dict[int, int] = {}
+    for column, bit in enumerate(index.tolist()):
+        first.setdefault(bit, column)
+    return first
+
+
+def test_interleave_spreads_bits_when_runs_of_ceil_d_over_k_fall_short() -> None:
+    from tablefree.interfaces import lift_index
+
+    index = lift_index(16, 100, "interleave")  # r = 7 would reach bits 0..14 only
+    counts = torch.bincount(index, minlength=16)
+    assert counts.min() >= 6 and counts.max() <= 7 and counts.sum() == 100
+    assert torch.all(index[1:] >= index[:-1])  # still runs of one bit each
+    assert torch.equal(lift_index(16, 2048, "interleave"), torch.arange(2048) // 128)  # K | d: unchanged
+    assert torch.equal(lift_index(3, 7, "interleave"), torch.tensor([0, 0, 0, 1, 1, 1, 2]))  # already fine
+    assert torch.equal(lift_index(16, 100, "tile"), torch.arange(100) % 16)
+
+
+@pytest.mark.parametrize("lift", ["tile", "interleave"])
+def test_width_below_the_code_length_is_refused(lift: str) -> None:
+    with pytest.raises(ValueError, match=r"d_model \(8\) is smaller than the code's K = 10 bits"):
+        build_interface(opts(name="canonical", lift=lift), 1000, 8)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The contract
+
+
+@pytest.fixture
+def scratch():
+    from scratch_interface import scratch_interface
+
+    with scratch_interface() as cls:
+        yield cls
+
+
+def test_init_weights_initialises_parameters_never_interface_buffers(scratch) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64, interface="scratch")
+    model = build_model(config, seed=0)
+    codebook = model.input.codebook
+    assert 0.95 < codebook.std().item() < 1.05  # its own N(0, 1), not init_std = 0.02
+    assert torch.equal(codebook, scratch(opts(name="scratch"), 300, 32).codebook)
+    assert abs(model.layers[0].mlp.w1.weight.std().item() - 0.02) < 0.003  # parameters still initialised
+
+
+def test_a_new_interface_reloads_from_a_checkpoint_as_itself(scratch, tmp_path) -> None:
+    from tablefree.checkpoint import load_model, save_model
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64)
+    config.interface = opts(name="scratch", scale=2.0)
+    model = build_model(config, seed=1)
+    save_model(tmp_path / "ck", model)
+    loaded, _ = load_model(tmp_path / "ck")
+    assert loaded.config.interface == opts(name="scratch", scale=2.0)
+    assert torch.equal(loaded.input.codebook, model.input.codebook)
+
+
+def test_options_parse_per_interface_with_errors_naming_the_field() -> None:
+    from tablefree.config import ModelConfig
+
+    assert type(opts(name="affine")).__name__ == "AffineOptions"
+    assert ModelConfig(interface="canonical").interface == opts(name="canonical")
+    with pytest.raises(ValueError, match=r"interface\.name: unknown interface 'canonicl'; expected one of"):
+        ModelConfig(interface="canonicl")
+    with pytest.raises(ValueError, match=r"interface\.lfit: no interface has the option 'lfit'"):
+        ModelConfig(interface={"name": "canonical", "lfit": "tile"})
+    with pytest.raises(ValueError, match=r"interface\.lift: expected one of \['tile', 'interleave'\]"):
+        ModelConfig(interface={"name": "canonical", "lift": "spiral"})
+    # Another interface's option is checked, then ignored (a sweep's shared recipe).
+    assert ModelConfig(interface={"name": "learned", "lift": "interleave"}).interface == opts(name="learned")
+    with pytest.raises(ValueError, match=r"interface\.lift: expected one of"):
+        ModelConfig(interface={"name": "learned", "lift": "spiral"})
+
+
+@pytest.mark.parametrize("name", ["learned", "canonical", "affine"])
+def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
+    """Checkpoints written before each interface had its own options hold all five fields, whatever the name."""
+    import json
+
+    from tablefree.checkpoint import load_model, save_model
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    model = build_model(
+        ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64, interface=name)
+    )
+    save_model(tmp_path / "ck", model)
+    saved = json.loads((tmp_path / "ck" / "config.json").read_text())
+    flat = {"name": name, "lift": "tile", "values": "01", "bit_order": "lsb", "affine_seed": 0}
+    saved["model"]["interface"] = flat
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(saved))
+    loaded, _ = load_model(tmp_path / "ck")
+    assert loaded.config.interface.name == name
+    ids = torch.arange(300).view(3, 100)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model.eval()(ids))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The ablation interfaces (issue 14): gaussian, projected, wide-random, hashed
+
+ALL = ["learned", "canonical", "affine", "gaussian", "projected", "wide-random", "hashed"]
+
+
+def test_every_shipped_interface_is_registered() -> None:
+    assert set(ALL) <= set(INTERFACES)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n != "hashed"])
+def test_every_id_gets_a_distinct_row(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    model = build_model(
+        ModelConfig(vocab_size=3000, d_model=64, n_layers=1, n_heads=4, interface=name), seed=2
+    )
+    table = model.input.table()
+    assert table.shape == (3000, 64)
+    assert torch.unique(table, dim=0).shape[0] == 3000
+
+
+def test_hashed_ids_collide_as_counted() -> None:
+    interface = build_interface(opts(name="hashed", seed=4), 3000, 64)  # K = 12, K' = 10
+    assert (interface.num_bits, interface.code_width) == (12, 10)
+    table = interface.table()
+    distinct_rows = torch.unique(table, dim=0).shape[0]
+    codes = interface.code_bits(torch.arange(3000))
+    packed = (codes << torch.arange(10)).sum(-1)
+    assert distinct_rows == torch.unique(packed).numel() <= 1 << 10  # the lift keeps every code bit
+    assert interface.collisions() == 3000 - distinct_rows >= 3000 - 1024
+    assert torch.bincount(packed).max() <= 1 << (12 - 10)  # each code shared by at most 2^(K-K') ids
+    with pytest.raises(ValueError, match=r"model.interface.bits: 12 bits must be from 1 to K - 1 = 11"):
+        build_interface(opts(name="hashed", bits=12), 3000, 64)
+
+
+@pytest.mark.parametrize("width", [13, 32, 64])
+def test_wide_random_codes_are_distinct_by_construction(width: int) -> None:
+    interface = build_interface(opts(name="wide-random", width=width, seed=1, lift="interleave"), 3000, 128)
+    assert interface.code_width == width
+    codes = interface.code_bits(torch.arange(3000))
+    assert codes.shape == (3000, width)
+    assert torch.unique(codes, dim=0).shape[0] == 3000
+    assert 0.4 < codes.float().mean().item() < 0.6  # about half the bits set: random-looking, not the id
+    assert torch.unique(interface.table(), dim=0).shape[0] == 3000
+
+
+def test_wide_random_refuses_a_width_that_is_not_wider() -> None:
+    with pytest.raises(ValueError, match=r"model.interface.width: 12 bits is not more than the K = 12 bits"):
+        build_interface(opts(name="wide-random", width=12), 3000, 64)
+    with pytest.raises(ValueError, match=r"model.interface.width: expected a number of bits from 2 to 64"):
+        opts(name="wide-random", width=65)
+
+
+def test_gaussian_is_a_stateless_function_of_seed_and_id() -> None:
+    import math
+
+    interface = build_interface(opts(name="gaussian", seed=5), 2000, 128)
+    assert (
+        list(interface.parameters()) == [] and list(interface.buffers()) == []
+    )  # nothing V×d, nothing trained
+    table = interface.table()
+    assert abs(table.mean().item()) < 0.01
+    assert abs(table.std().item() - 1 / math.sqrt(2)) < 0.01  # σ = 1/√2: E‖x‖² = d/2, as the {0,1} codes
+    assert abs(table.pow(2).sum(1).mean().item() / 128 - 0.5) < 0.01
+    ids = torch.tensor([[3, 1999, 0], [17, 3, 2]])
+    assert torch.equal(interface(ids), table[ids])  # any id, any batch: the same row
+    assert not torch.equal(build_interface(opts(name="gaussian", seed=6), 2000, 128).table(), table)
+    scaled = build_interface(opts(name="gaussian", seed=5, sigma=2.0), 2000, 128).table()
+    assert torch.allclose(scaled, table * 2 * math.sqrt(2), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"model.interface.sigma: expected a positive number"):
+        opts(name="gaussian", sigma=0.0)
+
+
+@pytest.mark.parametrize("code", ["canonical", "affine"])
+def test_projected_is_the_code_times_a_trainable_map(code: str) -> None:
+    from tablefree.codes import AffineMap, ids_to_bits
+
+    interface = build_interface(opts(name="projected", code=code, affine_seed=3, values="pm1"), 3000, 64)
+    (weight,) = list(interface.parameters())
+    assert weight.shape == (64, 12)  # K·d trainable parameters
+    torch.nn.init.normal_(weight)
+    bits = ids_to_bits(torch.arange(3000), 12)
+    if code == "affine":
+        bits = AffineMap.from_seed(12, 3).encode(bits)
+    expected = (bits.float() * 2 - 1) @ weight.detach().T
+    assert torch.allclose(interface.table(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_gradient_reaches_fixed_parts(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    model = build_model(
+        ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=name), seed=0
+    )
+    ids = torch.randint(0, 300, (2, 8))
+    model.loss(ids, ids).backward()
+    trainable = {n for n, _ in model.input.named_parameters()}
+    assert trainable == {"learned": {"weight"}, "projected": {"projection.weight"}}.get(name, set())
+    for parameter in model.input.parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+    for buffer in model.input.buffers():
+        assert not buffer.requires_grad and buffer.grad is None
+
+
+@pytest.mark.parametrize("name", ["gaussian", "wide-random", "hashed", "projected"])
+def test_interface_seeds_follow_the_training_seed(name: str) -> None:
+    from tablefree.config import ModelConfig
+    from tablefree.model import build_model
+
+    options = {"name": name, "code": "affine"} if name == "projected" else {"name": name}
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=options)
+    one, two = build_model(config, seed=1), build_model(config, seed=2)
+    field = "affine_seed" if name == "projected" else "seed"
+    assert getattr(one.config.interface, field) == 1 and getattr(two.config.interface, field) == 2
+    if name != "projected":  # projected's table also depends on its trained map
+        assert not torch.equal(one.input.table(), two.input.table())
+
+
+def test_paper_preset_counts_of_every_interface() -> None:
+    from tablefree.config import preset
+    from tablefree.params import param_breakdown
+
+    for name in ALL:
+        b = param_breakdown(preset("paper-1.7b", interface=name))
+        expected = {"learned": 100_663_296, "projected": 16 * 2048}.get(name, 0)
+        assert b.input_interface == expected, name
+        assert b.total_trainable == 1_711_376_384 + expected, name
+
+
+@pytest.fixture(scope="module")
+def markov_data(tmp_path_factory):
+    from train_helpers import make_dataset
+
+    return make_dataset(tmp_path_factory.mktemp("ablation") / "data")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gaussian", "projected", "wide-random", "hashed"])
+def test_the_ablation_interfaces_train(tmp_path, markov_data, name: str) -> None:
+    from tablefree.checkpoint import load_model
+    from tablefree.train.trainer import train
+    from train_helpers import micro_config, train_losses
+
+    run = tmp_path / "run"
+    summary = train(micro_config(markov_data, budget="10 steps", **{"model.interface": name}), run)
+    assert summary["completed"]
+    losses = train_losses(run)
+    first, last = losses[min(losses)], losses[max(losses)]
+    assert last < first - 0.1, losses
+    model, _ = load_model(run)
+    assert model.config.interface.name == name

@@ -25,7 +25,12 @@ CASES = {
     ),
     "affine-gqa": dict(interface="affine", n_kv_heads=2),
     "gelu-layernorm": dict(interface="canonical", mlp="gelu", norm="layernorm", norm_eps=1e-6),
+    "gaussian": dict(interface=dict(name="gaussian", seed=3, sigma=0.5)),
+    "projected": dict(interface=dict(name="projected", code="affine", values="pm1")),
+    "wide-random": dict(interface=dict(name="wide-random", width=40, lift="interleave")),
+    "hashed": dict(interface=dict(name="hashed", bits=6, values="pm1")),
 }
+ABLATIONS = ["gaussian", "projected", "wide-random", "hashed"]
 
 
 @pytest.fixture(scope="module")
@@ -124,14 +129,14 @@ def test_export_refuses_variants_without_an_exact_equivalent(tmp_path, tokenizer
     assert not (tmp_path / "hf").exists()
 
 
-@pytest.mark.parametrize("case", ["learned", "affine", "affine-gqa", "gelu-layernorm"])
+@pytest.mark.parametrize("case", ["learned", "affine", "affine-gqa", "gelu-layernorm", *ABLATIONS])
 def test_round_trip_restores_the_checkpoint(tmp_path, tokenizer_path, case):
     config = _config(case)
     model = make_checkpoint(tmp_path / "ck", config, tokenizer_path, meta={"step": 5})
     export_hf(tmp_path / "ck", tmp_path / "hf")
     import_hf(tmp_path / "hf", tmp_path / "back")
     restored, _ = load_model(tmp_path / "back")
-    assert restored.config == config  # interface and its options included
+    assert restored.config == model.config  # interface and its options (resolved seed) included
     original = model.state_dict()
     for name, tensor in restored.state_dict().items():
         assert torch.equal(tensor, original[name]), name
@@ -145,7 +150,8 @@ def test_import_of_a_modified_table_falls_back_to_learned(tmp_path, tokenizer_pa
     weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
     weights["model.embed_tokens.weight"][7, 3] += 0.5
     save_file(weights, str(tmp_path / "hf" / "model.safetensors"))
-    import_hf(tmp_path / "hf", tmp_path / "back")
+    with pytest.warns(UserWarning, match="not the table of the recorded 'canonical' interface"):
+        import_hf(tmp_path / "hf", tmp_path / "back")
     restored, _ = load_model(tmp_path / "back")
     assert restored.config.interface.name == "learned"
     assert torch.equal(restored.input.weight, weights["model.embed_tokens.weight"])
@@ -218,3 +224,80 @@ def test_cli_export_and_import(tmp_path, tokenizer_path, capsys):
     make_checkpoint(tmp_path / "bad", bad, tokenizer_path)
     assert main(["export", str(tmp_path / "bad"), "--format", "hf", str(tmp_path / "hf2")]) == 1
     assert "no exact transformers equivalent" in capsys.readouterr().err
+
+
+def test_a_new_interface_exports_and_imports_as_itself(tmp_path, tokenizer_path):
+    """An interface defined outside the package (a buffer-held codebook) round-trips through the contract
+    alone: its table, its model card paragraph and its state file; import does not make it learned."""
+    from scratch_interface import scratch_interface
+
+    with scratch_interface():
+        config = ModelConfig(vocab_size=400, rope_theta=5000.0, **SHAPE, interface={"name": "scratch"})
+        model = make_checkpoint(tmp_path / "ck", config, tokenizer_path)
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+        assert "seeded N(0, 1.0²) codebook" in (tmp_path / "hf" / "README.md").read_text()
+        import_hf(tmp_path / "hf", tmp_path / "back")
+        restored, _ = load_model(tmp_path / "back")
+        assert restored.config.interface == model.config.interface
+        assert torch.equal(restored.input.codebook, model.input.codebook)
+
+
+def test_exports_of_the_first_format_still_import(tmp_path, tokenizer_path):
+    """Exports written before the interface state file kept affine's A and b as lists in config.json."""
+    model = make_checkpoint(tmp_path / "ck", _config("affine"), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    record = config["tablefree"]
+    del record["interface_state"]
+    record["affine_matrix"] = model.input.affine_matrix.tolist()
+    record["affine_offset"] = model.input.affine_offset.tolist()
+    record["interface"] |= {"lift": record["interface"]["lift"]}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "hf" / "tablefree_interface.safetensors").unlink()
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    restored, _ = load_model(tmp_path / "back")
+    assert restored.config == model.config
+    assert torch.equal(restored.input.affine_matrix, model.input.affine_matrix)
+
+
+def test_model_card_names_the_run_and_hashes_not_a_local_path(tmp_path, tokenizer_path):
+    run = tmp_path / "my-run"
+    make_checkpoint(
+        run / "checkpoints" / "step_00000007", _config("canonical"), tokenizer_path, meta={"step": 7}
+    )
+    export_hf(run, tmp_path / "hf")
+    card = (tmp_path / "hf" / "README.md").read_text()
+    config = (tmp_path / "hf" / "config.json").read_text()
+    assert str(tmp_path) not in card and str(tmp_path) not in config
+    assert "run `my-run`, checkpoint `step_00000007` (step 7" in card
+    weights = run / "checkpoints" / "step_00000007" / "model.safetensors"
+    import hashlib
+
+    assert hashlib.sha256(weights.read_bytes()).hexdigest() in card
+    assert json.loads(config)["tablefree"]["source_run"] == "my-run"
+
+
+@pytest.mark.parametrize("case", ["gaussian", "projected"])
+def test_a_bfloat16_export_imports_as_the_interface(tmp_path, tokenizer_path, case):
+    """The table is rounded to bfloat16, but the interface is recognised from its own tensors, and restored
+    at full precision (projected's map comes from the state file, gaussian's table from its seed)."""
+    model = make_checkpoint(tmp_path / "ck", _config(case), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf", dtype="bfloat16")
+    import_hf(tmp_path / "hf", tmp_path / "back")
+    restored, _ = load_model(tmp_path / "back")
+    assert restored.config == model.config
+    assert torch.equal(restored.input.table(), model.input.table())
+
+
+def test_model_cards_of_the_ablation_interfaces(tmp_path, tokenizer_path):
+    for case, phrase in [
+        ("gaussian", "σ = 0.5"),
+        ("projected", "trained 64×9 matrix (576 parameters"),
+        ("wide-random", "random 40-bit code of t"),
+        ("hashed", "first K' = 6 bits"),
+    ]:
+        make_checkpoint(tmp_path / case, _config(case), tokenizer_path)
+        export_hf(tmp_path / case, tmp_path / f"{case}-hf")
+        card = (tmp_path / f"{case}-hf" / "README.md").read_text()
+        assert phrase in card, case
+        assert ("**not trained**" in card) == (case != "projected"), case

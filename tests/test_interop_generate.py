@@ -128,9 +128,55 @@ def test_cli_generate_streams_the_greedy_continuation(checkpoint, model, tokeniz
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [(dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"), (dict(max_new_tokens=-1), "max_new_tokens")],
+    [
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(temperature=-1.0), "temperature must be >= 0"),
+        (dict(temperature=float("nan")), "temperature"),
+    ],
 )
 def test_bad_sampling_settings_are_named(model, kwargs, message):
     settings = dict(max_new_tokens=3) | kwargs
     with pytest.raises(ValueError, match=message):
         list(generate_tokens(model, [1, 2], **settings))
+
+
+def test_cli_refuses_a_negative_temperature_before_any_output(checkpoint, capsys):
+    assert main(["generate", str(checkpoint), "--prompt", "Export", "--temperature", "-1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing echoed: the settings are checked first
+    assert (
+        captured.err
+        == "tablefree generate: error: temperature must be >= 0 (0 is greedy decoding), got -1.0\n"
+    )
+
+
+def test_cli_error_during_generation_starts_on_its_own_line(checkpoint, capsys, monkeypatch):
+    import tablefree.generate
+
+    def fails_midway(model, tokenizer, prompt, *args, stream, **kwargs):
+        stream(" and then")
+        raise ValueError("something went wrong")
+
+    monkeypatch.setattr(tablefree.generate, "generate", fails_midway)
+    assert main(["generate", str(checkpoint), "--prompt", "Export"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "Export and then\n"
+    assert captured.err == "tablefree generate: error: something went wrong\n"
+
+
+def test_cli_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out[out.index("options:") :].split())  # the option list, after the usage lines
+    for option, default in [
+        ("--max-new-tokens", "128"),
+        ("--temperature", "1.0"),
+        ("--top-k", "None"),
+        ("--top-p", "None"),
+        ("--device", "cpu"),
+    ]:
+        after = text[text.index(f"{option} {option.lstrip('-').replace('-', '_').upper()}") :]
+        assert f"(default: {default})" in after[: after.index("--", len(option) + 1)], option

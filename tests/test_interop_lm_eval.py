@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,41 @@ def test_other_tasks_match_lm_eval_official_configs(checkpoint, shared_data, tmp
             assert all(abs(a - b) <= TOLERANCE for a, b in zip(lls, other, strict=True)), (task, doc_id)
 
 
+def test_local_tasks_from_a_relative_dir_hold_absolute_paths(shared_data, tmp_path, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    names = write_local_tasks("rel", shared_data / "eval", "lambada_openai,piqa", limit=3)
+    assert names == {"lambada": "tablefree_lambada", "piqa": "tablefree_piqa"}  # one name per task
+    config = yaml.safe_load((tmp_path / "rel/tablefree_lambada.yaml").read_text())
+    data = Path(config["dataset_kwargs"]["data_files"]["test"])
+    assert data.is_absolute() and data == tmp_path / "rel/tablefree_lambada.jsonl" and data.is_file()
+    assert Path(config["dataset_kwargs"]["cache_dir"]).is_absolute()
+    assert Path(config["include"]).is_file() and config["include"].endswith("lambada/lambada_openai.yaml")
+    piqa = [json.loads(line) for line in (tmp_path / "rel/tablefree_piqa.jsonl").read_text().splitlines()]
+    assert len(piqa) == 3 and {r["label"] for r in piqa} <= {0, 1}
+
+
+def test_lm_eval_cli_gets_the_engines_batch_size_unless_one_is_given(monkeypatch):
+    import lm_eval.__main__
+
+    from tablefree.evaluate.lm_eval_adapter import DEFAULT_BATCH_SIZE, run_cli
+
+    seen = []
+    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: seen.append(list(sys.argv)))
+    base = ["run", "--model", "tablefree", "--tasks", "t"]
+    run_cli([*base, "--model_args", "checkpoint=c"])
+    run_cli([*base, "--model_args", "checkpoint=c,batch_size=5"])  # lm-eval refuses it in both places
+    run_cli([*base, "--model_args", "checkpoint=c", "--batch_size", "3"])
+    run_cli(["run", "--model", "hf", "--model_args", "pretrained=p"])  # other models: lm-eval's own default
+    assert seen == [
+        ["lm-eval", *base, "--model_args", "checkpoint=c", "--batch_size", str(DEFAULT_BATCH_SIZE)],
+        ["lm-eval", *base, "--model_args", "checkpoint=c", "--batch_size", "5"],
+        ["lm-eval", *base, "--model_args", "checkpoint=c", "--batch_size", "3"],
+        ["lm-eval", "run", "--model", "hf", "--model_args", "pretrained=p"],
+    ]
+
+
 def test_adapter_is_registered():
     assert get_model("tablefree") is TablefreeLMEval
 
@@ -277,11 +313,14 @@ def test_generate_until_matches_hf_backend(checkpoint, tmp_path):
 
 @pytest.mark.slow
 def test_cli_writes_local_tasks_and_runs_lm_eval_with_the_adapter(
-    checkpoint, shared_data, tmp_path, three_ways
+    checkpoint, shared_data, tmp_path, three_ways, monkeypatch
 ):
     tasks, out = tmp_path / "tasks", tmp_path / "lm_eval_out"
-    argv = ["lm-eval-tasks", str(tasks), "--eval-data", str(shared_data / "eval"), "--tasks", "lambada"]
+    monkeypatch.chdir(tmp_path)  # a relative DIR: the task files must still work from elsewhere
+    argv = ["lm-eval-tasks", "tasks", "--eval-data", str(shared_data / "eval"), "--tasks", "lambada"]
     assert main([*argv, "--limit", "20", "--prefix", "cli_"]) == 0
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
     argv = [
         "lm-eval",
         "--model",
@@ -294,7 +333,9 @@ def test_cli_writes_local_tasks_and_runs_lm_eval_with_the_adapter(
     argv += ["--include_path", str(tasks), "--output_path", str(out), "--device", "cpu"]
     assert main(argv) == 0
     (results_file,) = out.rglob("results_*.json")
-    results = json.loads(results_file.read_text())["results"]["cli_lambada"]
+    written = json.loads(results_file.read_text())
+    assert str(written["config"]["batch_size"]) == "32"  # the engine's default, not lm-eval's CLI default 1
+    results = written["results"]["cli_lambada"]
     expected = three_ways["tablefree eval"]["lambada"]
     assert results["acc,none"] == pytest.approx(sum(expected["acc"][i] for i in range(20)) / 20)
     mean_loglik = sum(expected["loglikelihoods"][i][0] for i in range(20)) / 20

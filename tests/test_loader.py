@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -99,3 +100,84 @@ def test_resume_across_world_sizes(tmp_path) -> None:
 def test_missing_manifest_says_how_to_prepare(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="tablefree data prepare"):
         TokenLoader.from_dir(tmp_path, "train", 16, 2)
+
+
+def test_loader_checks_shard_sizes_against_the_manifest(tmp_path) -> None:
+    data = make_dataset(tmp_path)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][1]["tokens"] = 700  # a shard that is not the one recorded
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"train_000001\.bin: holds 777 tokens, .*manifest\.json says 700"):
+        TokenLoader.from_dir(data, "train", seq_len=16, batch_size=2)
+    (data / "train_000001.bin").unlink()
+    with pytest.raises(FileNotFoundError, match=r"train_000001\.bin: shard listed in .* is missing"):
+        TokenLoader.from_dir(data, "train", seq_len=16, batch_size=2)
+
+
+def test_verify_dataset_finds_overwritten_tokens_and_the_verb_exits_1(tmp_path, capsys) -> None:
+    from tablefree.cli import main
+    from tablefree.data.corpus import sha256_file
+    from tablefree.data.loader import verify_dataset
+
+    data = make_dataset(tmp_path)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["vocab_size"] = 5000
+    for shard in manifest["splits"]["train"]["shards"]:
+        shard["sha256"] = sha256_file(data / shard["file"])
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    assert verify_dataset(data).ok and main(["data", "verify", str(data)]) == 0
+    assert "3 shards, 3,277 tokens" in capsys.readouterr().out
+    # 2% of one shard's tokens overwritten in place: same size, so only the hash can tell.
+    path = data / "train_000002.bin"
+    raw = bytearray(path.read_bytes())
+    raw[1024 : 1024 + 60] = bytes(60)
+    path.write_bytes(bytes(raw))
+    assert verify_dataset(data, hashes=False).ok
+    check = verify_dataset(data, hashes="auto")  # small: hashed
+    assert check.hashed and check.problems == [
+        f"train: {path} does not match the sha256 in the manifest (damaged or replaced)"
+    ]
+    assert main(["data", "verify", str(data)]) == 1
+    assert "1 problem(s)" in capsys.readouterr().out
+    path.write_bytes(bytes(raw[:-4]))  # truncated
+    assert "size" in verify_dataset(data, hashes=False).problems[0]
+
+
+def test_malformed_manifest_names_the_file_and_line_or_field(tmp_path) -> None:
+    from tablefree.data.loader import read_manifest
+
+    data = make_dataset(tmp_path)
+    good = (data / "manifest.json").read_text()
+    (data / "manifest.json").write_text(good[: len(good) // 2])
+    with pytest.raises(ValueError, match=r"manifest\.json: malformed JSON \(.* at line 1\)"):
+        read_manifest(data)
+    bad = json.loads(good)
+    bad["splits"]["train"]["shards"][0]["tokens"] = "1000"
+    (data / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"manifest\.json: field 'splits\.train\.shards\[0\]\.tokens'"):
+        read_manifest(data)
+    bad["splits"]["train"]["shards"][0] = {"file": "../../etc/passwd", "tokens": 3}
+    (data / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=r"field 'splits\.train\.shards\[0\]\.file'"):
+        read_manifest(data)
+
+
+def test_a_raw_corpus_as_data_dir_suggests_another_output_directory(tmp_path, monkeypatch) -> None:
+    """Issue 15: the hint used to say `data prepare … --out` the corpus directory itself."""
+    from tablefree.data.loader import read_manifest
+
+    corpus = tmp_path / "books"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("text\n")
+    with pytest.raises(FileNotFoundError) as error:
+        read_manifest(corpus)
+    message = str(error.value)
+    assert f"tablefree data prepare {corpus} --out data/books`" in message
+    assert "point data.dir at data/books" in message
+    monkeypatch.chdir(tmp_path)  # a corpus that is itself at data/books: another name
+    (tmp_path / "data").mkdir()
+    shutil.copytree(corpus, tmp_path / "data" / "books")
+    with pytest.raises(FileNotFoundError, match=r"--out data/books-prepared`"):
+        read_manifest("data/books")
+    with pytest.raises(FileNotFoundError, match=r"run `tablefree data prepare CORPUS --out"):
+        read_manifest(tmp_path / "empty")

@@ -136,3 +136,36 @@ def test_checkpoint_round_trip(tmp_path, interface: str) -> None:
     with torch.no_grad():
         assert torch.equal(model(ids), loaded(ids))
     assert directory == tmp_path / "checkpoints" / "step_00000002"
+
+
+def test_affine_seed_follows_the_training_seed_unless_held() -> None:
+    from tablefree.codes import AffineMap, num_bits
+
+    k = num_bits(300)
+    follows = build_model(tiny_config(interface={"name": "affine"}), seed=3)
+    assert follows.config.interface.affine_seed == 3  # recorded in the model config that checkpoints save
+    assert torch.equal(follows.input.affine_matrix, AffineMap.from_seed(k, 3).matrix)
+    other = build_model(tiny_config(interface={"name": "affine"}), seed=4)
+    assert not torch.equal(other.input.affine_matrix, follows.input.affine_matrix)
+    held = build_model(tiny_config(interface={"name": "affine", "affine_seed": 7}), seed=3)
+    assert held.config.interface.affine_seed == 7
+    assert torch.equal(held.input.affine_matrix, AffineMap.from_seed(k, 7).matrix)
+
+
+def test_model_spec_resolves_the_affine_seed_from_the_training_seed() -> None:
+    from tablefree.train.config import load_train_config
+
+    config = load_train_config(None, ["model.interface.name=affine", "seed=5"])
+    assert config.model.build(300, seed=config.seed).interface.affine_seed == 5
+    held = load_train_config(None, ["model.interface.name=affine", "model.interface.affine_seed=2", "seed=5"])
+    assert held.model.build(300, seed=held.seed).interface.affine_seed == 2
+
+
+def test_checkpoint_records_the_resolved_affine_seed(tmp_path) -> None:
+    from tablefree.checkpoint import read_model_config
+
+    model = build_model(tiny_config(interface={"name": "affine"}), seed=9)
+    save_model(tmp_path / "ck", model)
+    assert read_model_config(tmp_path / "ck").interface.affine_seed == 9
+    loaded, _ = load_model(tmp_path / "ck")
+    assert torch.equal(loaded.input.affine_matrix, model.input.affine_matrix)

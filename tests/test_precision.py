@@ -232,20 +232,21 @@ def test_bf16_training_on_cpu_tracks_fp32(data_dir, tmp_path) -> None:
 def record_run(monkeypatch, config, run_dir):
     """Train, capturing the freshly initialised weights and every micro-batch's targets."""
     captured = {"init": None, "targets": []}
-    real_build, real_loss = trainer.build_model, trainer.cross_entropy_loss
+    real_build, real_loss = trainer.build_model, trainer.next_token_loss
 
     def build_model(*args, **kwargs):
         model = real_build(*args, **kwargs)
         captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
         return model
 
-    def loss(logits, targets):
-        captured["targets"].append(targets.clone())
-        captured.setdefault("logits_dtype", logits.dtype)
-        return real_loss(logits, targets)
+    def loss(logits, targets, reduction="mean"):
+        if reduction == "mean":  # training; validation asks for per-token losses
+            captured["targets"].append(targets.clone())
+            captured.setdefault("logits_dtype", logits.dtype)
+        return real_loss(logits, targets, reduction)
 
     monkeypatch.setattr(trainer, "build_model", build_model)
-    monkeypatch.setattr(trainer, "cross_entropy_loss", loss)
+    monkeypatch.setattr(trainer, "next_token_loss", loss)
     try:
         summary = train(config, run_dir)
     finally:

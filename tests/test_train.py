@@ -3,6 +3,7 @@ refusing pickled code, and resume safety checks."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pickle
@@ -27,19 +28,20 @@ def data_dir(tmp_path_factory):
 def record_run(monkeypatch, config, run_dir):
     """Train, capturing the freshly initialised weights and every micro-batch's targets."""
     captured = {"init": None, "targets": []}
-    real_build, real_loss = trainer.build_model, trainer.cross_entropy_loss
+    real_build, real_loss = trainer.build_model, trainer.next_token_loss
 
     def build_model(*args, **kwargs):
         model = real_build(*args, **kwargs)
         captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
         return model
 
-    def loss(logits, targets):
-        captured["targets"].append(targets.clone())
-        return real_loss(logits, targets)
+    def loss(logits, targets, reduction="mean"):
+        if reduction == "mean":  # training; validation asks for per-token losses
+            captured["targets"].append(targets.clone())
+        return real_loss(logits, targets, reduction)
 
     monkeypatch.setattr(trainer, "build_model", build_model)
-    monkeypatch.setattr(trainer, "cross_entropy_loss", loss)
+    monkeypatch.setattr(trainer, "next_token_loss", loss)
     try:
         summary = train(config, run_dir)
     finally:
@@ -113,14 +115,16 @@ def test_run_directory_format(data_dir, tmp_path) -> None:
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(monkeypatch, data_dir, tmp_path) -> None:
     calls = {"n": 0}
-    real_loss = trainer.cross_entropy_loss
+    real_loss = trainer.next_token_loss
 
-    def loss(logits, targets):  # micro-steps 9 and 10 belong to optimizer step 5 (grad_accum 2)
+    def loss(
+        logits, targets, reduction="mean"
+    ):  # micro-steps 9 and 10 belong to optimizer step 5 (grad_accum 2)
         calls["n"] += 1
-        value = real_loss(logits, targets)
+        value = real_loss(logits, targets, reduction)
         return value * float("nan") if calls["n"] >= 9 else value
 
-    monkeypatch.setattr(trainer, "cross_entropy_loss", loss)
+    monkeypatch.setattr(trainer, "next_token_loss", loss)
     run_dir = tmp_path / "run"
     config = micro_config(data_dir, budget="8 steps", checkpoint_every=2)
     with pytest.raises(NonFiniteLossError, match=r"step 5: the training loss is nan.*step_00000004"):
@@ -182,6 +186,22 @@ def test_resume_continues_in_process_and_extends_the_budget(data_dir, tmp_path) 
     assert summary["completed"] and summary["step"] == 5 and summary["tokens_seen"] == 5 * 256
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps] == [1, 2, 3, 3, 4, 5, 5]  # train 1-3, val 3, train 4-5, val 5
+
+
+def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="2 steps"), run_dir)
+    path = checkpointing.latest_checkpoint(run_dir) / checkpointing.TRAIN_STATE_FILE
+    saved = torch.load(path, weights_only=True)
+    assert {f.name for f in dataclasses.fields(trainer.TrainState)} <= saved.keys()
+    assert "schedule" not in saved and "world_size" not in saved  # never read, so no longer written
+    assert saved["step"] == 2 and saved["best_val_loss"] == saved["last_val_loss"] is not None
+    # a checkpoint written before the state was explicit carries both keys: it still resumes
+    saved.update(schedule={"name": "cosine", "step": 2}, world_size=1)
+    del saved["best_val_loss"]
+    torch.save(saved, path)
+    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True)
+    assert summary["completed"] and summary["step"] == 3
 
 
 def test_activation_checkpointing_changes_nothing_but_memory(data_dir, tmp_path) -> None:

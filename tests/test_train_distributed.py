@@ -1,5 +1,6 @@
 """torchrun with 2 processes on CPU (gloo): DDP and FSDP2 follow the single-process loss trajectory for the same
-global batch, and checkpoints move between world sizes (2 processes -> 1 and 1 -> 2)."""
+global batch, and checkpoints move between world sizes (2 processes -> 1 and 1 -> 2); sharded (DCP) checkpoints
+resume bit-exactly and load for evaluation in one process."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
+from tablefree.checkpoint import MODEL_FILE, load_model
 from tablefree.train import checkpointing
 from tablefree.train.parallelize import free_port
+from tablefree.train.sharded import SHARDED_DIR, consolidate, is_sharded
 from tablefree.train.trainer import KILL_AFTER_STEP_ENV
 from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
 
@@ -82,3 +87,39 @@ def test_one_process_checkpoint_resumes_in_two(setup, tmp_path) -> None:
     run(config_path, run_dir, 2, "parallel=fsdp", "--resume")
     assert_matches(train_losses(run_dir), reference)
     assert (run_dir / "summary.json").exists()
+
+
+def test_sharded_checkpoints_resume_two_to_two_bit_exact_and_load_in_one_process(setup, tmp_path) -> None:
+    """FSDP2 with checkpoint_format=sharded: each rank writes its own DCP shards (no model.safetensors), a kill
+    and a resume on 2 processes reproduce the uninterrupted run bit for bit, and the checkpoint loads in one
+    process for eval/export (load_model) and consolidates to the usual single file."""
+    config_path, _ = setup
+    full = tmp_path / "full"
+    run(config_path, full, 2, "parallel=fsdp", "checkpoint_format=full")
+    sharded = tmp_path / "sharded"
+    run(config_path, sharded, 2, "parallel=fsdp", "checkpoint_format=sharded", kill_after=6)
+    step4 = checkpointing.latest_checkpoint(sharded)
+    assert is_sharded(step4) and not (step4 / MODEL_FILE).exists()
+    assert sorted(p.name for p in (step4 / SHARDED_DIR).glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    resumed = run(config_path, sharded, 2, "parallel=fsdp", "checkpoint_format=sharded", "--resume")
+    assert "resumed from" in resumed.stdout
+    assert train_losses(sharded) == train_losses(full)  # exact, not approximately
+
+    expected = load_model(full)[0].state_dict()
+    final = checkpointing.latest_checkpoint(sharded)
+    for weights in (load_model(sharded)[0].state_dict(), load_file(str(consolidate(final)))):
+        assert sorted(weights) == sorted(expected)
+        for name, tensor in expected.items():
+            assert torch.equal(weights[name], tensor), name
+
+
+def test_a_sharded_checkpoint_resumes_in_one_plain_process(setup, tmp_path) -> None:
+    """DCP reshards on load: 2 FSDP2 processes -> 1 plain process (no process group, no FSDP) follows the
+    reference trajectory, and its final checkpoint is a full one."""
+    config_path, reference = setup
+    run_dir = tmp_path / "run"
+    run(config_path, run_dir, 2, "parallel=fsdp", "checkpoint_format=sharded", kill_after=6)
+    run(config_path, run_dir, 1, "parallel=ddp", "--resume")
+    assert_matches(train_losses(run_dir), reference)
+    final = checkpointing.latest_checkpoint(run_dir)
+    assert (final / MODEL_FILE).exists() and not is_sharded(final)

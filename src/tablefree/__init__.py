@@ -2,7 +2,7 @@
 
 from tablefree.codes import AffineMap, bits_to_ids, ids_to_bits, num_bits
 from tablefree.config import InterfaceConfig, ModelConfig, preset
-from tablefree.interfaces import INTERFACES, build_interface, register_interface
+from tablefree.interfaces import INTERFACES, InputInterface, build_interface, register_interface
 from tablefree.model import TablefreeLM, build_model
 from tablefree.params import param_breakdown
 
@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "INTERFACES",
     "AffineMap",
+    "InputInterface",
     "InterfaceConfig",
     "ModelConfig",
     "TablefreeLM",

@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tablefree.config import ModelConfig, from_dict, to_dict
+from tablefree.device import resolve_device
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
 from tablefree.model import TablefreeLM
 
@@ -40,17 +41,19 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_model_files(
     directory: str | Path,
-    state: dict[str, torch.Tensor],
+    state: dict[str, torch.Tensor] | None,
     config: dict[str, Any],
     meta: dict[str, Any],
     tokenizer_path: str | Path | None = None,
 ) -> None:
-    """Write the model files into ``directory`` (which the caller later marks COMPLETE)."""
+    """Write the model files into ``directory`` (which the caller later marks COMPLETE). ``state`` None: the
+    weights are already there in another form (a sharded training checkpoint's ``sharded/``)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{MODEL_FILE}.tmp"
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, directory / MODEL_FILE)
+    if state is not None:
+        tmp = directory / f".{MODEL_FILE}.tmp"
+        save_file(state, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, directory / MODEL_FILE)
     write_json_atomic(directory / CONFIG_FILE, config)
     write_json_atomic(directory / META_FILE, meta)
     if tokenizer_path is not None:
@@ -99,30 +102,24 @@ def read_model_config(checkpoint: str | Path) -> ModelConfig:
 
 
 def usable_device(device: str | torch.device) -> torch.device:
-    """``device`` as a torch.device (``auto``: cuda when available, else cpu); a ValueError (not a deep torch
-    traceback) when it is malformed or its backend is absent on this machine."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device {device!r}: not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device}: CUDA is not available on this machine (use cpu)")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device}: MPS is not available on this machine (use cpu)")
-    return device
+    """``device`` as a torch.device; ``tablefree.device.resolve_device`` (kept under this name for callers)."""
+    return resolve_device(device)
 
 
 def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tuple[TablefreeLM, Path]:
     """Load a model for inference: (model in eval mode, the resolved checkpoint directory)."""
-    device = usable_device(device)
+    device = resolve_device(device)
     directory = resolve_checkpoint(checkpoint)
     config = read_model_config(directory)
     with torch.device("meta"):
         model = TablefreeLM(config)
     model.to_empty(device=device)
     model.init_weights()  # recomputes the fixed buffers; every saved tensor is then overwritten
+    if not (directory / MODEL_FILE).exists() and (directory / "sharded").is_dir():
+        from tablefree.train.sharded import read_model_state  # a sharded (DCP) training checkpoint
+
+        read_model_state(directory, model)
+        return model.eval(), directory
     state = load_file(str(directory / MODEL_FILE), device=str(device))
     model.load_state_dict(state, strict=True)
     return model.eval(), directory

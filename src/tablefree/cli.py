@@ -1,5 +1,10 @@
 """The ``tablefree`` command line. Each verb lives in a module of ``tablefree.commands`` that exposes
-``add_commands(subparsers)``; every verb has a Python API counterpart, named in its ``--help``."""
+``add_commands(subparsers)``; every verb has a Python API counterpart, named in its ``--help``.
+
+Conventions shared by every verb (README "Command-line conventions"): ``KEY=VALUE`` overrides may stand
+anywhere on the command line of a verb that takes them; lists are comma-separated (``--tasks a,b``,
+``--seeds 0,1``); errors are one line, ``tablefree VERB: error: ...``, with exit status 1 (2 for usage).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ COMMAND_MODULES = [
     "tablefree.commands.compare",
     "tablefree.commands.train",
     "tablefree.commands.eval",
+    "tablefree.commands.analyze",
     "tablefree.commands.data",
     "tablefree.commands.interop",
     "tablefree.commands.params",
@@ -20,32 +26,69 @@ COMMAND_MODULES = [
 ]
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("tablefree")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tablefree",
         description="Train and study language models with no trainable input embedding table.",
     )
+    parser.add_argument("--version", action="version", version=f"tablefree {version()}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # a verb module not written yet
-                continue
-            raise
-        module.add_commands(subparsers)
+        importlib.import_module(module_name).add_commands(subparsers)
     return parser
+
+
+def is_override(argument: str) -> bool:
+    """``KEY=VALUE`` with a dotted key, as opposed to an option (``--x``) or a path."""
+    key, sep, _ = argument.partition("=")
+    return bool(sep) and bool(key) and not argument.startswith("-")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse ``argv``, accepting ``KEY=VALUE`` overrides anywhere for the verbs that take them.
+
+    argparse gives a ``nargs="*"`` positional only its first run of arguments, so overrides typed after an
+    option (``train --config C a=1 --run-dir R b=2``) come back unrecognized; they join the verb's overrides
+    in the order they were typed.
+    """
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        if isinstance(getattr(args, "overrides", None), list) and all(map(is_override, extras)):
+            args.overrides = [*args.overrides, *extras]
+        else:
+            verb_parser = _verb_parser(parser, getattr(args, "verb", None)) or parser
+            verb_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
+def _verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and verb in action.choices:
+            return action.choices[verb]
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
+        sys.stdout.flush()  # what was printed so far comes before the error, not after it
         print(f"tablefree {args.verb}: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

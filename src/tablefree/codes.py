@@ -160,13 +160,14 @@ def affine_id_tables(affine: AffineMap, bit_order: str = "lsb") -> torch.Tensor:
 
     A·c is the XOR of the columns of A selected by the set bits of c, so it splits over the id's bytes:
     ``pack(c') = T[0][id & 255] ⊕ T[1][(id >> 8) & 255] ⊕ …`` with b folded into T[0]. ``pack`` puts code-vector
-    index i at integer bit i. The tables hold 256·⌈K/8⌉ entries whatever V is (no V-sized state).
+    index i at integer bit i. The tables hold 256·⌈K/8⌉ entries whatever V is (no V-sized state); K may be up
+    to 64 (a 64-bit code is held in int64 as two's complement).
     """
     k = affine.num_bits
     columns = [_row_to_int(column) for column in affine.matrix.to("cpu", torch.int64).T.tolist()]
     code_index = {int(m): j for j, m in enumerate(id_bit_of_code_bit(k, bit_order).tolist())}
     chunks = (k + 7) // 8
-    tables = torch.zeros(chunks, 256, dtype=torch.int64, device="cpu")
+    rows = [[0] * 256 for _ in range(chunks)]
     for chunk in range(chunks):
         for byte in range(256):
             packed = 0
@@ -174,9 +175,15 @@ def affine_id_tables(affine: AffineMap, bit_order: str = "lsb") -> torch.Tensor:
                 id_bit = 8 * chunk + bit
                 if id_bit < k and (byte >> bit) & 1:
                     packed ^= columns[code_index[id_bit]]
-            tables[chunk, byte] = packed
-    tables[0] ^= _row_to_int(affine.offset.tolist())
-    return tables
+            rows[chunk][byte] = packed
+    offset = _row_to_int(affine.offset.tolist())
+    rows[0] = [value ^ offset for value in rows[0]]
+    # Codes of 64 bits do not fit a signed int64: stored as two's complement, bits read back unchanged.
+    return torch.tensor([[_as_int64(v) for v in row] for row in rows], dtype=torch.int64, device="cpu")
+
+
+def _as_int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def affine_encode_ids(ids: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:

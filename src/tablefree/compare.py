@@ -8,7 +8,11 @@ seed. Layout of the sweep directory::
 
     OUT/compare.yaml                 # the resolved sweep config (recipe, interfaces, seeds, eval, launch)
     OUT/runs/{interface}-s{seed}/    # a training run dir, plus eval.json, eval_examples.jsonl, status.json
+    OUT/runs/{point}/{interface}-s{seed}/   # the same per grid point, when the config has a grid
     OUT/report.md, report.json, figures/*.png
+
+The layout's names live in ``tablefree.rundir``. The whole sweep (every run's recipe and model, the evaluation
+settings, the benchmark files) is checked before anything trains.
 
 Resumable: a run with a completed summary and evaluation results for every requested task is skipped; a
 trained but unevaluated run is only evaluated; any other run resumes from its newest checkpoint (or starts).
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import itertools
 import subprocess
 import sys
 import time
@@ -29,10 +34,10 @@ from typing import Any
 
 import yaml
 
-from tablefree.checkpoint import write_json_atomic, write_text_atomic
-from tablefree.config import apply_overrides, from_dict, load_yaml, to_dict
+from tablefree.config import from_dict, from_dict_with_overrides, load_yaml, to_dict
+from tablefree.fileio import write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
-from tablefree.report import RUN_FILES, build_report, read_json, run_name
+from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, read_json, run_directory, run_name
 
 
 @dataclass
@@ -43,8 +48,8 @@ class DatasetSpec:
     dir: str = ""  # empty: the training recipe's data.dir
     corpus: str | None = None
     tokenizer: str | None = None  # None: train a byte-level BPE of vocab_size on the corpus
-    vocab_size: int = 8192
-    val_fraction: float = 0.005
+    vocab_size: int | None = None  # None: prepare_dataset's default (used only when the sweep prepares)
+    val_fraction: float | None = None  # None: prepare_dataset's default
     gutenberg: bool = False  # strip Project Gutenberg headers and footers
     text_field: str = "text"
     workers: int | None = None
@@ -58,6 +63,61 @@ class EvalSpec:
     val_limit: int | None = None  # validation windows of max_seq_len tokens (None: the whole val split)
     batch_size: int = 32
     device: str = "auto"  # auto: cuda when available, else cpu
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("eval.tasks: expected at least one task (validation and/or benchmark names)")
+        for key in ("limit", "val_limit"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(
+                    f"eval.{key}: expected a positive number of documents or null (all), got {value}"
+                )
+        if self.batch_size < 1:
+            raise ValueError(f"eval.batch_size: expected a positive integer, got {self.batch_size}")
+
+
+@dataclass
+class GridSpec:
+    """Several budgets and/or model sizes under one recipe: every combination is a grid point, and every grid
+    point trains every (interface, seed). Empty lists: the recipe's own budget and model."""
+
+    budget: list[str | int] = field(default_factory=list)  # e.g. [500k, 1M, 2.5M]
+    model: list[dict[str, Any]] = field(default_factory=list)  # e.g. [{d_model: 128, n_layers: 4}, ...]
+
+    def points(self) -> list[dict[str, Any]]:
+        """[{"name", "train": overrides}] in order (models outer, budgets inner); [] without a grid."""
+        if not self.budget and not self.model:
+            return []
+        points = []
+        for model, budget in itertools.product(self.model or [None], self.budget or [None]):
+            overrides: dict[str, Any] = {}
+            if model is not None:
+                overrides["model"] = {k: v for k, v in model.items() if k != "name"}
+            if budget is not None:
+                overrides["budget"] = budget
+            points.append({"name": point_name(model, budget), "train": overrides})
+        names = [p["name"] for p in points]
+        if len(set(names)) != len(names):
+            raise ValueError(f"grid: two points have the same name {names}; give each model a `name`")
+        return points
+
+
+MODEL_ABBREVIATIONS = {"d_model": "d", "n_layers": "l", "n_heads": "h", "d_ff": "ff", "preset": ""}
+
+
+def point_name(model: dict[str, Any] | None, budget: str | int | None) -> str:
+    """A grid point's directory name: ``d256-l8-2.5M`` (or the model's own ``name``)."""
+    parts = []
+    if model:
+        parts.append(
+            str(model["name"])
+            if "name" in model
+            else "-".join(f"{MODEL_ABBREVIATIONS.get(k, k)}{v}" for k, v in model.items())
+        )
+    if budget is not None:
+        parts.append(str(budget).replace(" ", ""))
+    return "-".join(parts).replace("/", "_")
 
 
 @dataclass
@@ -80,6 +140,7 @@ class CompareConfig:
     interfaces: list[str] = field(default_factory=lambda: ["learned", "canonical", "affine"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     eval: EvalSpec = field(default_factory=EvalSpec)
+    grid: GridSpec = field(default_factory=GridSpec)
     launch: LaunchSpec = field(default_factory=LaunchSpec)
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
@@ -95,6 +156,7 @@ class CompareConfig:
             raise ValueError("launch.nproc_per_node: must be >= 0")
         if self.bootstrap < 100:
             raise ValueError(f"bootstrap: use at least 100 replicates, got {self.bootstrap}")
+        self.grid.points()  # names must be distinct
 
     @property
     def out_dir(self) -> Path:
@@ -110,15 +172,11 @@ def load_compare_config(
 ) -> CompareConfig:
     """A CompareConfig from YAML, with dotted ``overrides`` (``eval.limit=null``, ``train.budget=1M``) and the
     command line's interface, seed and output choices applied."""
-    data = apply_overrides(load_yaml(path), overrides or [])
+    data = load_yaml(path)
     data.setdefault("name", Path(path).stem)
-    if interfaces is not None:
-        data["interfaces"] = interfaces
-    if seeds is not None:
-        data["seeds"] = seeds
-    if out is not None:
-        data["out"] = str(out)
-    config = from_dict(CompareConfig, data, where=str(path))
+    options = {"interfaces": interfaces, "seeds": seeds, "out": None if out is None else str(out)}
+    options = {key: value for key, value in options.items() if value is not None}
+    config = from_dict_with_overrides(CompareConfig, data, overrides or [], str(path), options)
     if config.train_config:
         config.train_config = str(
             _find_relative(config.train_config, Path(path).parent, f"{path}: train_config")
@@ -183,23 +241,48 @@ class RunPlan:
     seed: int
     directory: Path
     recipe: dict[str, Any]
+    point: str = ""
 
     @property
     def name(self) -> str:
-        return run_name(self.interface, self.seed)
+        return run_name(self.interface, self.seed, self.point)
 
 
 def plan_runs(config: CompareConfig) -> list[RunPlan]:
+    """Every run of the sweep (grid point, interface, seed), each recipe checked as a training config."""
     from tablefree.train.config import TrainConfig
 
     recipe = base_recipe(config)
     plans = []
-    for interface in config.interfaces:
-        for seed in config.seeds:
-            run = run_recipe(recipe, interface, seed)
-            from_dict(TrainConfig, run, where=f"recipe of {run_name(interface, seed)}")  # fail early, by name
-            plans.append(RunPlan(interface, seed, config.out_dir / "runs" / run_name(interface, seed), run))
+    for point in config.grid.points() or [{"name": "", "train": {}}]:
+        point_recipe = _deep_merge(recipe, point["train"])
+        for interface in config.interfaces:
+            for seed in config.seeds:
+                run = run_recipe(point_recipe, interface, seed)
+                name = run_name(interface, seed, point["name"])
+                from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
+                directory = run_directory(config.out_dir, interface, seed, point["name"])
+                plans.append(RunPlan(interface, seed, directory, run, point["name"]))
     return plans
+
+
+def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
+    """Everything knowable before training, for every run: its recipe builds a model (interface options
+    included) on the dataset's vocabulary, and the evaluation's tasks and files exist."""
+    from tablefree.data.loader import read_manifest
+    from tablefree.params import param_breakdown
+    from tablefree.train.config import TrainConfig
+
+    check_eval_data(config)
+    vocab = None
+    for plan in plans:
+        train_config = from_dict(TrainConfig, plan.recipe, where=f"recipe of {plan.name}")
+        if vocab is None and (Path(train_config.data.dir) / "manifest.json").exists():
+            vocab = read_manifest(train_config.data.dir).get("vocab_size")
+        try:
+            param_breakdown(train_config.model.build(vocab))  # builds the model on the meta device
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"recipe of {plan.name}: {error}") from error
 
 
 def run_state(run: RunPlan, spec: EvalSpec) -> str:
@@ -211,16 +294,20 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     evaluated = set(results.get("tasks", {}))
     limits = (results.get("limit"), results.get("val_limit"))
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
-    return "done" if current and (run.directory / RUN_FILES["examples"]).exists() else "trained"
+    # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
+    per_document = "validation" not in spec.tasks or "per_document" in results["tasks"].get("validation", {})
+    examples = (run.directory / RUN_FILES["examples"]).exists()
+    return "done" if current and per_document and examples else "trained"
 
 
 def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str, Any]:
     """Train, evaluate and report every (interface, seed) run of ``config``; returns the sweep outcome
     (``{"out": dir, "runs": {name: state}, "report": report dict or None}``)."""
     out = config.out_dir
-    prepare_data(config, log)
     plans = plan_runs(config)
-    check_eval_data(config)
+    check_eval_data(config)  # before a long data preparation
+    prepare_data(config, log)
+    check_sweep(config, plans)
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, out)
     outcome: dict[str, str] = {}
@@ -235,6 +322,8 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     failed = [name for name, state in outcome.items() if state == "failed"]
     result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
     if report:
+        from tablefree.report import build_report
+
         log(f"writing the report in {out}")
         result["report"] = build_report(out, n_boot=config.bootstrap)
     return result
@@ -371,16 +460,16 @@ def prepare_data(config: CompareConfig, log=print) -> None:
         )
     from tablefree.data.prepare import prepare_dataset
 
-    log(f"preparing {spec.corpus} into {spec.dir} (vocab {spec.vocab_size})")
+    chosen = {"vocab_size": spec.vocab_size, "val_fraction": spec.val_fraction}
+    log(f"preparing {spec.corpus} into {spec.dir}")
     prepare_dataset(
         spec.corpus,
         spec.dir,
         tokenizer=spec.tokenizer,
-        vocab_size=spec.vocab_size,
-        val_fraction=spec.val_fraction,
         workers=spec.workers,
         text_field=spec.text_field,
         gutenberg=spec.gutenberg,
+        **{k: v for k, v in chosen.items() if v is not None},
     )
 
 
@@ -390,15 +479,26 @@ def check_eval_data(config: CompareConfig) -> None:
     from tablefree.evaluate.tasks import task_files
 
     for name in config.eval.tasks:
-        if name != "validation":
-            task_files(get_task(name), config.eval.data_dir)
+        if name == "validation":
+            continue
+        task = get_task(name)
+        try:
+            task_files(task, config.eval.data_dir)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(
+                f"eval.tasks lists {name}, but its files are missing: {error}. For `tablefree compare`: get them "
+                "with `tablefree data download-evals DIR`, then set eval.data_dir=DIR (on the command line, or "
+                "eval.data_dir in the config) or $TABLEFREE_EVAL_DATA; or leave the task out of eval.tasks"
+            ) from None
 
 
 def write_sweep_config(config: CompareConfig, out: Path) -> None:
     """Record the sweep's config; refuse an output directory that holds a sweep with another recipe."""
-    path = out / "compare.yaml"
+    path = out / SWEEP_CONFIG
     data = to_dict(config)
+    data["dataset"] = dataset_as_used(config)
     data["resolved_recipe"] = base_recipe(config)
+    data["grid_points"] = config.grid.points()
     if path.exists():
         previous = load_yaml(path)
         if "resolved_recipe" in previous and previous["resolved_recipe"] != data["resolved_recipe"]:
@@ -408,11 +508,45 @@ def write_sweep_config(config: CompareConfig, out: Path) -> None:
             )
         data["interfaces"] = _union(previous.get("interfaces", []), config.interfaces)
         data["seeds"] = _union(previous.get("seeds", []), config.seeds)
+        data["grid_points"] = _union_points(previous.get("grid_points") or [], data["grid_points"], path)
     _write_yaml_atomic(path, data)
+
+
+def dataset_as_used(config: CompareConfig) -> dict[str, Any]:
+    """The dataset as the runs use it: the spec's settings that were set, and what the prepared dataset's
+    manifest says (vocabulary, tokens and documents per split), never an unused default."""
+    spec = {k: v for k, v in to_dict(config.dataset).items() if v not in (None, "", False)}
+    directory = config.dataset.dir or base_recipe(config)["data"]["dir"]
+    manifest_path = Path(directory) / "manifest.json"
+    if manifest_path.exists():
+        manifest = read_json(manifest_path)
+        spec["dir"] = directory
+        spec["prepared"] = {
+            "vocab_size": manifest.get("vocab_size"),
+            "tokenizer_hash": manifest.get("tokenizer_hash"),
+            **{
+                split: {"tokens": info.get("tokens"), "documents": info.get("documents")}
+                for split, info in (manifest.get("splits") or {}).items()
+            },
+        }
+    return spec
 
 
 def _union(first: list, second: list) -> list:
     return list(dict.fromkeys([*first, *second]))
+
+
+def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dict]:
+    """Grid points of an earlier run of the sweep and of this one; a name may not change its settings."""
+    merged = {p["name"]: p for p in first}
+    for point in second:
+        if point["name"] in merged and merged[point["name"]] != point:
+            raise ValueError(
+                f"grid point {point['name']} had other settings in {path} ({merged[point['name']]['train']}); "
+                "runs from two recipes must not be mixed: use another --out"
+            )
+        merged.setdefault(point["name"], point)
+    return list(merged.values())
 
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:

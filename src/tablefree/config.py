@@ -21,13 +21,31 @@ T = TypeVar("T")
 
 @dataclass
 class InterfaceConfig:
-    """The input interface: how a token id becomes a d-dimensional input vector."""
+    """Base of every input interface's options: the interface's registered name, then its own options.
 
-    name: str = "learned"  # learned | canonical | affine (see tablefree.interfaces.INTERFACES)
-    lift: str = "tile"  # tile: the whole K-bit code repeated; interleave: each bit repeated
-    values: str = "01"  # "01": bits as {0, 1};  "pm1": bits as {-1, +1}
-    bit_order: str = "lsb"  # lsb | msb
-    affine_seed: int = 0  # seed of the fixed random affine map (A, b); independent of the training seed
+    Each interface declares its own subclass (``tablefree.interfaces``: ``CodeOptions`` for ``canonical``,
+    ``AffineOptions`` for ``affine``, ...), and a saved or typed ``{name: ..., option: ...}`` mapping is read
+    into the subclass registered under ``name`` (``from_config``). An option of another interface is dropped
+    (so one recipe can carry options for every interface of a sweep, and checkpoints of the earlier flat format
+    load); an option no interface has, or an unknown name, is an error naming the field.
+    """
+
+    name: str = "learned"
+    # Options whose None means "the training seed": ``resolve_seed`` fills them in (e.g. affine's affine_seed).
+    SEED_OPTIONS: typing.ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, value: Any, where: str = "model.interface") -> InterfaceConfig:
+        """The options of the interface named in ``value`` (a name, a mapping, or options to re-read)."""
+        # The registry imports torch, so only when a config is read.
+        from tablefree.interfaces import parse_interface_options
+
+        return parse_interface_options(value, where)
+
+    def resolve_seed(self, seed: int) -> InterfaceConfig:
+        """These options with every seed left to the training seed (None) set to ``seed``."""
+        unset = {name: seed for name in self.SEED_OPTIONS if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset else self
 
 
 @dataclass
@@ -47,10 +65,8 @@ class ModelConfig:
     interface: InterfaceConfig = field(default_factory=InterfaceConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.interface, str):
-            self.interface = InterfaceConfig(name=self.interface)
-        elif isinstance(self.interface, dict):
-            self.interface = from_dict(InterfaceConfig, self.interface, where="model.interface")
+        if type(self.interface) is InterfaceConfig or not isinstance(self.interface, InterfaceConfig):
+            self.interface = InterfaceConfig.from_config(self.interface, "interface")  # a name, a dict
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         checks = [
@@ -77,6 +93,12 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def resolve_seed(self, seed: int) -> ModelConfig:
+        """This config with the interface's seeds that follow the training seed set to ``seed`` (what a run
+        records, so that reloading and export rebuild exactly the same interface)."""
+        interface = self.interface.resolve_seed(seed)
+        return self if interface is self.interface else dataclasses.replace(self, interface=interface)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -112,7 +134,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def preset(name: str, **overrides: Any) -> ModelConfig:
-    """A ModelConfig from a named preset, with keyword overrides (``interface`` may be a dict or a name)."""
+    """A ModelConfig from a named preset, with keyword overrides (``interface``: a name, a dict or options)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     data: dict[str, Any] = dict(PRESETS[name])
@@ -134,19 +156,28 @@ def from_dict(cls: type[T], data: dict[str, Any] | None, where: str = "config") 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
+        raise ValueError(_at(where, f"expected a mapping for {cls.__name__}, got {type(data).__name__}"))
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(
-            f"{where}: unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}"
+            _at(where, f"unknown field(s) {unknown} for {cls.__name__}; expected some of {sorted(names)}")
         )
-    kwargs = {key: _coerce(hints[key], value, f"{where}.{key}") for key, value in data.items()}
+    kwargs = {key: _coerce(hints[key], value, _join(where, key)) for key, value in data.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{where}: {error}") from error
+        raise ValueError(_at(where, str(error))) from error
+
+
+def _join(where: str, key: str) -> str:
+    """The dotted path of ``key`` inside ``where`` ("" is the top level)."""
+    return f"{where}.{key}" if where else key
+
+
+def _at(where: str, message: str) -> str:
+    return f"{where}: {message}" if where else message
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
@@ -168,12 +199,14 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
                 return _coerce(option, value, where)
             except ValueError as error:
                 errors.append(str(error))
-        raise ValueError(errors[0] if errors else f"{where}: bad value {value!r}")
+        raise ValueError(errors[0] if errors else _at(where, f"bad value {value!r}"))
     if dataclasses.is_dataclass(hint):
+        if hasattr(hint, "from_config"):  # a polymorphic section (the input interface) reads itself
+            return hint.from_config(value, where)
         return value if isinstance(value, hint) else from_dict(hint, value, where)
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{where}: expected a list, got {value!r}")
+            raise ValueError(_at(where, f"expected a list, got {value!r}"))
         (item,) = typing.get_args(hint)[:1] or (Any,)
         return [_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict or hint is Any:
@@ -181,7 +214,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise ValueError(f"{where}: expected true/false, got {value!r}")
+        raise ValueError(_at(where, f"expected true/false, got {value!r}"))
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -189,7 +222,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             return int(value)
         if isinstance(value, str):
             return parse_count(value, where)
-        raise ValueError(f"{where}: expected an integer, got {value!r}")
+        raise ValueError(_at(where, f"expected an integer, got {value!r}"))
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -198,11 +231,11 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
-        raise ValueError(f"{where}: expected a number, got {value!r}")
+        raise ValueError(_at(where, f"expected a number, got {value!r}"))
     if hint is str:
         if isinstance(value, str):
             return value
-        raise ValueError(f"{where}: expected a string, got {value!r}")
+        raise ValueError(_at(where, f"expected a string, got {value!r}"))
     return value
 
 
@@ -239,7 +272,12 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, returning a new dict."""
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a nested dict, in order, returning a new dict.
+
+    A section can be named by its ``name`` alone, in the file (``interface: affine``) or in an override: a bare
+    name given to a section sets its ``name`` and keeps its other fields (``model.interface=affine``), and an
+    override inside a section given by name keeps that name (``model.interface.affine_seed=3``), in any order.
+    """
     import copy
 
     result = copy.deepcopy(data)
@@ -247,15 +285,65 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ValueError(f"override {item!r}: expected KEY=VALUE with a dotted key, e.g. optim.lr=3e-4")
         key, raw = item.split("=", 1)
-        parts = key.strip().split(".")
+        parts = [part.strip() for part in key.split(".")]
+        if not all(parts):
+            raise ValueError(f"override {item!r}: {key!r} is not a dotted key such as optim.lr")
         node = result
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             child = node.setdefault(part, {})
+            if isinstance(child, str):  # a section given by name: keep the name, add the field
+                child = node[part] = {"name": child}
             if not isinstance(child, dict):
-                raise ValueError(f"override {item!r}: {part!r} is not a section")
+                section = ".".join(parts[: depth + 1])
+                raise ValueError(f"override {item!r}: {section} is {child!r}, not a section with fields")
             node = child
-        node[parts[-1]] = _parse_scalar(raw)
+        value = _parse_scalar(raw)
+        current = node.get(parts[-1])
+        if isinstance(current, dict) and isinstance(value, str):
+            current["name"] = value  # `model.interface=affine`: the section's name, its options kept
+        else:
+            node[parts[-1]] = value
     return result
+
+
+def from_dict_with_overrides(
+    cls: type[T],
+    data: dict[str, Any],
+    overrides: list[str],
+    where: str,
+    options: dict[str, Any] | None = None,
+) -> T:
+    """``from_dict(cls, data + overrides + options)``; an error says where the bad value came from.
+
+    ``data`` is what was read from ``where`` (a file), ``overrides`` the command line's ``KEY=VALUE`` strings and
+    ``options`` top-level values set by the command line's own options (``--seeds``), applied last. A mistake
+    in the file is reported against the file; one that an override brings in names that override as typed.
+    """
+    merged = apply_overrides(data, overrides)
+    merged.update(options or {})
+    try:
+        return from_dict(cls, merged, where=where)
+    except ValueError as error:
+        culprit = _first_bad_override(cls, data, overrides)
+        if culprit is None:
+            raise
+        item, message = culprit
+        raise ValueError(f"command-line override {item!r} (applied over {where}): {message}") from error
+
+
+def _first_bad_override(cls: type, data: dict[str, Any], overrides: list[str]) -> tuple[str, str] | None:
+    """The first override after which ``data`` stops being a valid ``cls``, and the error it causes; None when
+    ``data`` itself is invalid (the file is to blame) or no override alone breaks it."""
+    try:
+        from_dict(cls, data, where="")
+    except ValueError:
+        return None
+    for n, item in enumerate(overrides, start=1):
+        try:
+            from_dict(cls, apply_overrides(data, overrides[:n]), where="")
+        except ValueError as error:
+            return item, str(error)
+    return None
 
 
 def _parse_scalar(raw: str) -> Any:

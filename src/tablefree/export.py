@@ -11,17 +11,29 @@ Two architectures map exactly onto a standard ``transformers`` class, so the exp
 Any other combination (LayerNorm + SwiGLU, RMSNorm + GELU, or GELU with grouped-query attention) has no exact
 ``transformers`` equivalent and is refused.
 
-A fixed-code input interface (``canonical`` / ``affine``) is deterministic: it is exported as its V×d table,
-materialised in the embedding matrix (untied from the head), and the model card says so. The interface and
-its options (and A, b for ``affine``) are also recorded in ``config.json`` under ``"tablefree"``, which
-``import_hf`` uses to recognise the table and restore the table-free interface exactly.
+The input interface is exported through its contract (``tablefree.interfaces.base.InputInterface``): its V×d
+``table()`` becomes the embedding matrix (untied from the head), its ``describe()`` goes into the model card,
+its options into ``config.json`` under ``"tablefree"``, and its ``export_state()`` (e.g. affine's A and b,
+projected's K×d map) into ``tablefree_interface.safetensors``. ``import_hf`` rebuilds the recorded interface
+and keeps it when its ``adopt_table`` recognises the embedding matrix exactly; otherwise (or without a record)
+the matrix becomes a ``learned`` table, with a warning when a record was there.
+
+Import checks ``config.json`` against the safetensors headers (read without loading a tensor) before it
+allocates anything: sizes must be whole numbers within bounds, every tensor must exist with the shape the config
+implies, and a truncated or malformed file is refused naming the file.
 
 Python API: ``export_hf(checkpoint, out_dir)``, ``import_hf(hf_dir, out_checkpoint)``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import shutil
+import warnings
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +43,23 @@ from safetensors.torch import load_file, save_file
 import tablefree
 from tablefree.checkpoint import (
     META_FILE,
+    MODEL_FILE,
     TOKENIZER_FILE,
     load_model,
     read_json,
     save_model,
     write_json_atomic,
 )
-from tablefree.codes import AffineMap
-from tablefree.config import InterfaceConfig, ModelConfig, from_dict, to_dict
+from tablefree.config import InterfaceConfig, ModelConfig, to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.fileio import staged_directory
-from tablefree.interfaces import build_interface
+from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.model import TablefreeLM
 
 EXPORT_FORMATS = ("hf",)
-FIXED_INTERFACES = ("canonical", "affine")
 HF_WEIGHTS = "model.safetensors"
+HF_INDEX = "model.safetensors.index.json"
+INTERFACE_STATE_FILE = "tablefree_interface.safetensors"  # the interface's own tensors (A and b, a K×d map)
 METADATA_KEY = "tablefree"  # our section of the exported config.json
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -76,17 +89,8 @@ def hf_architecture(config: ModelConfig) -> str:
 
 
 def input_table(model: TablefreeLM) -> torch.Tensor:
-    """The V×d input table: the learned weight, or a fixed code materialised for every token id."""
-    if model.config.interface.name == "learned":
-        return model.input.weight.detach().float().cpu()
-    return code_table(model.input, model.config.vocab_size)
-
-
-def code_table(interface: torch.nn.Module, vocab_size: int) -> torch.Tensor:
-    """A fixed-code interface evaluated on every token id: its V×d table, fp32 on the CPU."""
-    with torch.no_grad():
-        ids = torch.arange(vocab_size, device=next(interface.buffers()).device)
-        return interface(ids).float().cpu()
+    """The V×d input table, fp32 on the CPU: the interface's own materialisation (``InputInterface.table``)."""
+    return model.input.table()
 
 
 def llama_state_dict(model: TablefreeLM) -> dict[str, torch.Tensor]:
@@ -206,14 +210,11 @@ def neox_config(config: ModelConfig, dtype: str, special: dict[str, int | None])
 
 
 def interface_metadata(model: TablefreeLM) -> dict[str, Any]:
-    """What ``import_hf`` needs to restore the interface: its config and, for affine, A and b."""
-    interface = model.config.interface
-    data: dict[str, Any] = {"interface": to_dict(interface)}
-    if interface.name == "affine":
-        affine = model.input.affine_map
-        data["affine_matrix"] = affine.matrix.cpu().tolist()
-        data["affine_offset"] = affine.offset.cpu().tolist()
-    return data
+    """What ``import_hf`` needs to restore the interface: its options, and the file of its own tensors."""
+    return {
+        "interface": to_dict(model.config.interface),
+        "interface_state": INTERFACE_STATE_FILE if model.input.export_state() else None,
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -252,27 +253,50 @@ def export_hf(
         (llama_state_dict, llama_config) if architecture == "llama" else (neox_state_dict, neox_config)
     )
     state = {name: t.detach().to(DTYPES[dtype]).contiguous().cpu() for name, t in state_fn(model).items()}
-    meta = _read_json(source / META_FILE)
+    interface_state = model.input.export_state()
+    provenance = source_provenance(source)
     hf_config = config_fn(config, dtype, special)
-    hf_config["transformers_version"] = _transformers_version()
+    hf_config.update(_transformers_version())
     hf_config[METADATA_KEY] = {
-        "version": 1,
+        "version": 2,
         "tablefree_version": tablefree.__version__,
         "model": to_dict(config),
         **interface_metadata(model),
-        "source_checkpoint": str(source),
+        **provenance,
+    }
+
+    with staged_directory(out_dir) as staging:
+        save_file(state, str(staging / HF_WEIGHTS), metadata={"format": "pt"})
+        if interface_state:
+            save_file(interface_state, str(staging / INTERFACE_STATE_FILE), metadata={"format": "pt"})
+        write_json_atomic(staging / "config.json", hf_config)
+        write_json_atomic(staging / "generation_config.json", generation_config(special))
+        write_tokenizer_files(staging, tokenizer_file, config.max_seq_len)
+        (staging / "README.md").write_text(model_card(model, architecture, provenance), encoding="utf-8")
+    return out_dir
+
+
+def source_provenance(source: Path) -> dict[str, Any]:
+    """Where an export came from, without the local path: the run's name, the checkpoint's, the training
+    position, and the hashes that identify the weights and the tokenizer."""
+    meta = _read_json(source / META_FILE)
+    run = source.parent.parent.name if source.parent.name == "checkpoints" else source.name
+    return {
+        "source_run": run,
+        "source_checkpoint": source.name,
+        "source_weights_sha256": file_sha256(source / MODEL_FILE),
         "step": meta.get("step"),
         "tokens_seen": meta.get("tokens_seen"),
         "tokenizer_hash": meta.get("tokenizer_hash"),
     }
 
-    with staged_directory(out_dir) as staging:
-        save_file(state, str(staging / HF_WEIGHTS), metadata={"format": "pt"})
-        write_json_atomic(staging / "config.json", hf_config)
-        write_json_atomic(staging / "generation_config.json", generation_config(special))
-        write_tokenizer_files(staging, tokenizer_file, config.max_seq_len)
-        (staging / "README.md").write_text(model_card(model, architecture, source, meta), encoding="utf-8")
-    return out_dir
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def special_token_ids(tokenizer_file: Path, vocab_size: int) -> dict[str, int | None]:
@@ -293,7 +317,7 @@ def generation_config(special: dict[str, int | None]) -> dict[str, Any]:
         "bos_token_id": special["bos_token_id"],
         "eos_token_id": special["eos_token_id"],
         "pad_token_id": special["pad_token_id"],
-        "transformers_version": _transformers_version(),
+        **_transformers_version(),
     }
 
 
@@ -319,9 +343,9 @@ def write_tokenizer_files(directory: Path, tokenizer_file: Path, max_seq_len: in
     write_json_atomic(directory / "special_tokens_map.json", special)
 
 
-def model_card(model: TablefreeLM, architecture: str, source: Path, meta: dict[str, Any]) -> str:
+def model_card(model: TablefreeLM, architecture: str, provenance: dict[str, Any]) -> str:
     config = model.config
-    interface = config.interface
+    interface = model.input
     cls = "LlamaForCausalLM" if architecture == "llama" else "GPTNeoXForCausalLM"
     embed = "model.embed_tokens.weight" if architecture == "llama" else "gpt_neox.embed_in.weight"
     lines = [
@@ -334,8 +358,11 @@ def model_card(model: TablefreeLM, architecture: str, source: Path, meta: dict[s
         "",
         f"# tablefree model ({interface.name} input interface), exported to `{cls}`",
         "",
-        f"Exported by tablefree {tablefree.__version__} from `{source}`"
-        + _provenance(meta)
+        f"Exported by tablefree {tablefree.__version__} from run `{provenance['source_run']}`, checkpoint "
+        f"`{provenance['source_checkpoint']}`"
+        + _position(provenance)
+        + f"; weights sha256 `{provenance['source_weights_sha256']}`"
+        + (f", tokenizer hash `{provenance['tokenizer_hash']}`" if provenance.get("tokenizer_hash") else "")
         + ". It loads with plain `transformers`, no `trust_remote_code`:",
         "",
         "```python",
@@ -357,52 +384,36 @@ def model_card(model: TablefreeLM, architecture: str, source: Path, meta: dict[s
             "rotary (`rotary_pct=1.0`), exact GELU, every bias zero."
         )
     lines += ["", "## Input interface", ""]
-    if interface.name == "learned":
-        lines.append(f"`{embed}` is the trained V×d embedding table (the `learned` control).")
-    else:
+    if interface.is_fixed:
         lines += [
             f"`{embed}` is **not trained**: it is a fixed function of the token id, materialised here as a "
             "V×d table only so that standard tooling can load the model. The tablefree model computes it on "
             "the fly and has no input-embedding parameters. The table is untied from the output head.",
             "",
-            f"Row t is the K-bit binary code of t (K = {model.input.num_bits}, bit order `{interface.bit_order}`)"
-            + (", recoded by the affine map c' = A·c ⊕ b over GF(2)" if interface.name == "affine" else "")
-            + f", with bits as {'{0, 1}' if interface.values == '01' else '{-1, +1}'} (`values={interface.values}`), "
-            f"lifted to width {config.d_model} by `{interface.lift}` "
-            + (
-                "(x_j = c_{j mod K})."
-                if interface.lift == "tile"
-                else f"(x_j = c_{{floor(j / {-(-config.d_model // model.input.num_bits)})}})."
-            ),
-            "",
-            f"Interface options: `name={interface.name}`, `lift={interface.lift}`, `values={interface.values}`, "
-            f"`bit_order={interface.bit_order}`"
-            + (f", `affine_seed={interface.affine_seed}`." if interface.name == "affine" else "."),
         ]
-        if interface.name == "affine":
-            affine = model.input.affine_map
-            lines += [
-                "",
-                "A (row i lists A[i, 0..K-1]; c'_i = sum_j A[i, j]·c_j mod 2, then xor b_i):",
-                "",
-                "```",
-                *("".join(str(int(v)) for v in row) for row in affine.matrix.tolist()),
-                "```",
-                "",
-                f"b = `{''.join(str(int(v)) for v in affine.offset.tolist())}` (b_0 first)",
-            ]
+    elif interface.name != "learned":
+        trainable = sum(p.numel() for p in interface.parameters())
         lines += [
+            f"`{embed}` is materialised from the `{interface.name}` interface, which has {trainable:,} "
+            "trainable parameters (not a free V×d table). The table is untied from the output head.",
             "",
-            "`config.json` records the same under `tablefree`; `tablefree import-hf` uses it to restore the "
-            "table-free interface exactly.",
         ]
+    lines.append(interface.describe())
+    options = ", ".join(f"`{key}={value}`" for key, value in to_dict(config.interface).items())
+    lines += [
+        "",
+        f"Interface options: {options}.",
+        "",
+        "`config.json` records the interface under `tablefree` (its own tensors, if any, in "
+        f"`{INTERFACE_STATE_FILE}`); `tablefree import-hf` uses them to restore the interface exactly.",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def _provenance(meta: dict[str, Any]) -> str:
-    parts = [f"step {meta['step']}"] if meta.get("step") is not None else []
-    if meta.get("tokens_seen") is not None:
-        parts.append(f"{meta['tokens_seen']:,} tokens seen")
+def _position(provenance: dict[str, Any]) -> str:
+    parts = [f"step {provenance['step']}"] if provenance.get("step") is not None else []
+    if provenance.get("tokens_seen") is not None:
+        parts.append(f"{provenance['tokens_seen']:,} tokens seen")
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -413,80 +424,189 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _transformers_version() -> str:
+def _transformers_version() -> dict[str, str]:
+    """``{"transformers_version": ...}`` of the installed transformers; nothing when it is not installed."""
     try:
-        from importlib.metadata import version
-
-        return version("transformers")
-    except Exception:
-        return "5.24.0"
+        return {"transformers_version": version("transformers")}
+    except PackageNotFoundError:
+        return {}
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Import
+# Import: read and check before allocating
+
+# Bounds on the sizes an imported config may state: far above anything tablefree trains, far below what
+# would make a table allocation absurd. A size outside them is refused before any tensor is read.
+SIZE_LIMITS = {
+    "vocab_size": 1 << 24,
+    "hidden_size": 1 << 16,
+    "intermediate_size": 1 << 18,
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "head_dim": 4096,
+    "max_position_embeddings": 1 << 18,
+}
+SAFETENSORS_DTYPE_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit
 
 
-def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool = False) -> Path:
-    """Load a ``LlamaForCausalLM`` (or GPT-NeoX, as exported here) directory into a tablefree checkpoint.
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as a safetensors header describes it (nothing read but the header)."""
 
-    The input interface is ``canonical`` / ``affine`` when the embedding matrix is exactly the fixed code
-    recorded under ``"tablefree"`` in ``config.json``; otherwise it is ``learned`` (the matrix becomes the
-    table). A tied output head (e.g. SmolLM2-135M) is copied into our untied head, computing the same function.
-    """
-    hf_dir, out_checkpoint = Path(hf_dir), Path(out_checkpoint)
-    config_path = hf_dir / "config.json"
-    if not config_path.exists():
-        raise FileNotFoundError(f"{config_path}: not a transformers model directory (no config.json)")
-    if out_checkpoint.exists() and any(out_checkpoint.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_checkpoint} exists and is not empty (pass overwrite=True / --overwrite)")
-    hf_config = read_json(config_path)
-    state = _load_hf_weights(hf_dir)
-    model_type = hf_config.get("model_type")
-    converters = {"llama": _from_llama, "gpt_neox": _from_neox}
-    if model_type not in converters:
-        raise ValueError(
-            f"{config_path}: model_type {model_type!r} is not supported (expected llama or gpt_neox)"
-        )
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
+    """The tensors of a safetensors file from its header alone; a truncated or malformed file is a ValueError
+    naming it (every tensor's bytes must lie inside the file and match its dtype and shape)."""
     try:
-        config, ours = converters[model_type](hf_config, state, config_path)
-    except KeyError as error:  # a required config field (weights are checked by _take)
-        raise ValueError(f"{config_path}: missing the field {error.args[0]!r}") from None
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            prefix = handle.read(8)
+            length = int.from_bytes(prefix, "little") if len(prefix) == 8 else -1
+            if length < 2 or length > min(MAX_HEADER_BYTES, size - 8):
+                raise ValueError(
+                    f"{path}: not a complete safetensors file (header length {length}, file of {size} bytes; "
+                    "truncated?)"
+                )
+            header = json.loads(handle.read(length).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"{path}: malformed safetensors header ({type(error).__name__})") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read ({error.strerror or error})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: malformed safetensors header (not a mapping)")
+    data_bytes = size - 8 - length
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        tensors[name] = _tensor_info(path, name, info, data_bytes)
+    return tensors
 
-    embedding = ours.pop("input.weight")
-    config.interface, fixed_buffers = _detect_interface(hf_config.get(METADATA_KEY), embedding, config)
-    if config.interface.name == "learned":
-        ours["input.weight"] = embedding
-    with torch.device("meta"):
-        model = TablefreeLM(config)
-    model.to_empty(device="cpu")
-    model.init_weights()  # fills the fixed buffers; every saved tensor is overwritten below
-    model.load_state_dict({k: v.float() for k, v in ours.items()} | fixed_buffers, strict=True)
 
-    tokenizer = hf_dir / "tokenizer.json"
-    metadata = hf_config.get(METADATA_KEY) or {}
-    meta = {
-        "imported_from": str(hf_dir),
-        "model_type": model_type,
-        **{k: metadata[k] for k in ("step", "tokens_seen", "tokenizer_hash") if metadata.get(k) is not None},
-    }
-    with staged_directory(out_checkpoint) as staging:
-        save_model(staging, model, meta=meta, tokenizer_path=tokenizer if tokenizer.exists() else None)
-    return out_checkpoint
+def _tensor_info(path: Path, name: str, info: Any, data_bytes: int) -> TensorInfo:
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{path}: tensor {name!r}: {why}")
+
+    if not isinstance(info, dict) or info.get("dtype") not in SAFETENSORS_DTYPE_BYTES:
+        raise bad(f"unknown dtype {info.get('dtype') if isinstance(info, dict) else info!r}")
+    shape, offsets = info.get("shape"), info.get("data_offsets")
+    if not isinstance(shape, list) or not all(_is_count(n, allow_zero=True) for n in shape):
+        raise bad(f"malformed shape {shape!r}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(n, True) for n in offsets)):
+        raise bad(f"malformed data_offsets {offsets!r}")
+    start, end = offsets
+    expected = math.prod(shape) * SAFETENSORS_DTYPE_BYTES[info["dtype"]]
+    if end - start != expected:
+        raise bad(f"holds {end - start} bytes, but shape {shape} of {info['dtype']} needs {expected}")
+    if end > data_bytes:
+        raise bad(f"ends at byte {end} of the data, which has only {data_bytes} bytes (truncated file?)")
+    return TensorInfo(path, info["dtype"], tuple(shape))
 
 
-def _load_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of ``model.safetensors`` or of a sharded ``model.safetensors.index.json``."""
+def _is_count(value: Any, allow_zero: bool = False) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= (0 if allow_zero else 1)
+
+
+def read_weight_headers(hf_dir: Path) -> dict[str, TensorInfo]:
+    """Every tensor of ``model.safetensors`` or of the shards a ``model.safetensors.index.json`` lists."""
     single = hf_dir / HF_WEIGHTS
     if single.exists():
-        return load_file(str(single))
-    index = hf_dir / "model.safetensors.index.json"
-    if index.exists():
-        files = sorted(set(read_json(index)["weight_map"].values()))
-        state: dict[str, torch.Tensor] = {}
-        for name in files:
-            state.update(load_file(str(hf_dir / name)))
-        return state
-    raise FileNotFoundError(f"{hf_dir}: no {HF_WEIGHTS} or model.safetensors.index.json (pickle is not read)")
+        return read_safetensors_header(single)
+    index = hf_dir / HF_INDEX
+    if not index.exists():
+        raise FileNotFoundError(f"{hf_dir}: no {HF_WEIGHTS} or {HF_INDEX} (pickle is not read)")
+    weight_map = _read_config_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+        raise ValueError(f"{index}: expected a 'weight_map' of tensor name -> file name")
+    tensors: dict[str, TensorInfo] = {}
+    for name in sorted(set(weight_map.values())):
+        if Path(name).name != name:
+            raise ValueError(f"{index}: shard {name!r} is not a file name in {hf_dir}")
+        if not (hf_dir / name).exists():
+            raise FileNotFoundError(f"{index}: shard {name} is missing from {hf_dir}")
+        tensors.update(read_safetensors_header(hf_dir / name))
+    missing = sorted(set(weight_map) - set(tensors))
+    if missing:
+        raise ValueError(f"{index}: tensors listed but absent from their shards: {missing[:5]}")
+    return tensors
+
+
+def load_tensors(headers: dict[str, TensorInfo]) -> dict[str, torch.Tensor]:
+    """Load the (already checked) tensors, file by file; a read error names the file."""
+    state: dict[str, torch.Tensor] = {}
+    for path in sorted({info.file for info in headers.values()}):
+        try:
+            state.update(load_file(str(path)))
+        except Exception as error:  # safetensors raises its own error types
+            raise ValueError(f"{path}: cannot read the weights ({error})") from None
+    return state
+
+
+def _read_config_json(path: Path) -> dict[str, Any]:
+    try:
+        data = read_json(path)
+    except (RecursionError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: unreadable JSON ({type(error).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _size(hf_config: dict[str, Any], key: str, where: Path, default: int | None = None) -> int:
+    """A size field of ``config.json``: a whole number in [1, SIZE_LIMITS[key]]."""
+    value = hf_config.get(key, default)
+    if value is None:
+        raise ValueError(f"{where}: missing the field {key!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    limit = SIZE_LIMITS[key]
+    if not _is_count(value) or value > limit:
+        raise ValueError(f"{where}: {key} = {value!r}: expected a whole number from 1 to {limit:,}")
+    return value
+
+
+def _number(hf_config: dict[str, Any], key: str, where: Path, default: float) -> float:
+    value = hf_config.get(key, default)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{where}: {key} = {value!r}: expected a positive number")
+    return float(value)
+
+
+def check_shapes(
+    expected: dict[str, tuple[int, ...]],
+    optional: set[str],
+    headers: dict[str, TensorInfo],
+    where: Path,
+    sizes: str,
+) -> None:
+    """Every expected tensor present with the shape ``config.json`` implies; ``sizes`` names the fields."""
+    for name, shape in expected.items():
+        info = headers.get(name)
+        if info is None:
+            if name in optional:
+                continue
+            raise ValueError(f"{where.parent}: weight {name!r} missing from the checkpoint")
+        if info.shape != shape:
+            raise ValueError(
+                f"{info.file}: tensor {name!r} has shape {list(info.shape)}, but {where.name} ({sizes}) "
+                f"implies {list(shape)}"
+            )
+        if not info.dtype.startswith(("F", "BF")):
+            raise ValueError(f"{info.file}: tensor {name!r} has dtype {info.dtype}; expected floating point")
 
 
 def _require(condition: bool, where: Path, message: str) -> None:
@@ -497,119 +617,184 @@ def _require(condition: bool, where: Path, message: str) -> None:
 def _rope_theta(hf_config: dict[str, Any], where: Path, default: float) -> float:
     rope = hf_config.get("rope_parameters") or {}
     scaling = hf_config.get("rope_scaling")
+    if not isinstance(rope, dict) or not isinstance(scaling or {}, dict):
+        raise ValueError(f"{where}: rope_parameters / rope_scaling: expected a mapping or null")
     kind = (rope or scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
     _require(kind == "default", where, f"RoPE type {kind!r} (only default RoPE is supported)")
-    return float(
-        rope.get("rope_theta", hf_config.get("rope_theta", hf_config.get("rotary_emb_base", default)))
-    )
+    merged = {"rope_theta": hf_config.get("rope_theta", hf_config.get("rotary_emb_base", default)), **rope}
+    return _number(merged, "rope_theta", where, default)
 
 
-def _take(state: dict[str, torch.Tensor], name: str, where: Path) -> torch.Tensor:
-    if name not in state:
-        raise ValueError(f"{where}: weight {name!r} missing from the checkpoint")
-    return state.pop(name)
+def _model_config(where: Path, **fields: Any) -> ModelConfig:
+    try:
+        return ModelConfig(**fields)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
-def _from_llama(
-    hf_config: dict[str, Any], state: dict[str, torch.Tensor], where: Path
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+# ----------------------------------------------------------------------------------------------------------
+# Import: the two architectures
+
+
+@dataclass
+class Conversion:
+    """An imported architecture: our config, the HF tensors it needs (with shapes), and the mapping."""
+
+    config: ModelConfig
+    expected: dict[str, tuple[int, ...]]
+    optional: set[str]
+    sizes: str  # the config.json fields the shapes come from, for error messages
+    convert: Any  # (state, where) -> our state dict, with "input.weight" for the embedding matrix
+
+
+def _llama(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(not hf_config.get("attention_bias", False), where, "attention_bias=true")
     _require(not hf_config.get("mlp_bias", False), where, "mlp_bias=true")
     _require(
         hf_config.get("hidden_act", "silu") == "silu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
     _require(hf_config.get("pretraining_tp", 1) in (1, None), where, "pretraining_tp != 1")
-    d, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
-    head_dim = hf_config.get("head_dim") or d // heads
+    v, d = _size(hf_config, "vocab_size", where), _size(hf_config, "hidden_size", where)
+    heads, layers = (
+        _size(hf_config, "num_attention_heads", where),
+        _size(hf_config, "num_hidden_layers", where),
+    )
+    kv = _size(hf_config, "num_key_value_heads", where, heads)
+    ff = _size(hf_config, "intermediate_size", where)
+    head_dim = _size(hf_config, "head_dim", where, d // heads) if hf_config.get("head_dim") else d // heads
     _require(head_dim * heads == d, where, f"head_dim {head_dim} × {heads} heads != hidden_size {d}")
-    config = ModelConfig(
-        vocab_size=hf_config["vocab_size"],
+    config = _model_config(
+        where,
+        vocab_size=v,
         d_model=d,
-        n_layers=hf_config["num_hidden_layers"],
+        n_layers=layers,
         n_heads=heads,
-        n_kv_heads=hf_config.get("num_key_value_heads") or heads,
-        d_ff=hf_config["intermediate_size"],
-        max_seq_len=hf_config.get("max_position_embeddings", 2048),
+        n_kv_heads=kv,
+        d_ff=ff,
+        max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
         rope_theta=_rope_theta(hf_config, where, 10_000.0),
         mlp="swiglu",
         norm="rmsnorm",
-        norm_eps=hf_config.get("rms_norm_eps", 1e-6),
-        init_std=hf_config.get("initializer_range", 0.02),
+        norm_eps=_number(hf_config, "rms_norm_eps", where, 1e-6),
+        init_std=_number(hf_config, "initializer_range", where, 0.02),
+        interface="learned",
     )
-    ours = {"input.weight": _take(state, "model.embed_tokens.weight", where)}
-    for i in range(config.n_layers):
-        hf = f"model.layers.{i}"
-        for theirs, mine in (
-            ("self_attn.q_proj", "attn.wq"),
-            ("self_attn.k_proj", "attn.wk"),
-            ("self_attn.v_proj", "attn.wv"),
-            ("self_attn.o_proj", "attn.wo"),
-            ("mlp.gate_proj", "mlp.w1"),
-            ("mlp.up_proj", "mlp.w3"),
-            ("mlp.down_proj", "mlp.w2"),
-            ("input_layernorm", "attn_norm"),
-            ("post_attention_layernorm", "mlp_norm"),
-        ):
-            ours[f"layers.{i}.{mine}.weight"] = _take(state, f"{hf}.{theirs}.weight", where)
-    ours["norm.weight"] = _take(state, "model.norm.weight", where)
-    head = state.pop("lm_head.weight", None)
-    if head is None:
-        _require(
-            hf_config.get("tie_word_embeddings", False), where, "no lm_head.weight and untied embeddings"
-        )
-        head = ours["input.weight"].clone()
-    ours["head.weight"] = head
-    _require_consumed(state, where)
-    return config, ours
+    names = {
+        "self_attn.q_proj": ("attn.wq", (heads * head_dim, d)),
+        "self_attn.k_proj": ("attn.wk", (kv * head_dim, d)),
+        "self_attn.v_proj": ("attn.wv", (kv * head_dim, d)),
+        "self_attn.o_proj": ("attn.wo", (d, heads * head_dim)),
+        "mlp.gate_proj": ("mlp.w1", (ff, d)),
+        "mlp.up_proj": ("mlp.w3", (ff, d)),
+        "mlp.down_proj": ("mlp.w2", (d, ff)),
+        "input_layernorm": ("attn_norm", (d,)),
+        "post_attention_layernorm": ("mlp_norm", (d,)),
+    }
+    expected = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,), "lm_head.weight": (v, d)}
+    for i in range(layers):
+        expected |= {f"model.layers.{i}.{theirs}.weight": shape for theirs, (_, shape) in names.items()}
+    tied = bool(hf_config.get("tie_word_embeddings", False))
+
+    def convert(state: dict[str, torch.Tensor], where: Path) -> dict[str, torch.Tensor]:
+        ours = {
+            "input.weight": state.pop("model.embed_tokens.weight"),
+            "norm.weight": state.pop("model.norm.weight"),
+        }
+        for i in range(layers):
+            for theirs, (mine, _) in names.items():
+                ours[f"layers.{i}.{mine}.weight"] = state.pop(f"model.layers.{i}.{theirs}.weight")
+        head = state.pop("lm_head.weight", None)
+        _require(head is not None or tied, where, "no lm_head.weight and untied embeddings")
+        ours["head.weight"] = head if head is not None else ours["input.weight"].clone()
+        _require_consumed(state, where)
+        return ours
+
+    sizes = "vocab_size, hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim"
+    return Conversion(config, expected, {"lm_head.weight"} if tied else set(), sizes, convert)
 
 
-def _from_neox(
-    hf_config: dict[str, Any], state: dict[str, torch.Tensor], where: Path
-) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+def _neox(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(hf_config.get("use_parallel_residual") is False, where, "use_parallel_residual is not false")
     rope = hf_config.get("rope_parameters") or {}
-    partial = rope.get("partial_rotary_factor", hf_config.get("rotary_pct", 0.25))
+    partial = (rope if isinstance(rope, dict) else {}).get(
+        "partial_rotary_factor", hf_config.get("rotary_pct", 0.25)
+    )
     _require(partial == 1.0, where, f"partial rotary factor {partial} (ours rotates the whole head)")
     _require(
         hf_config.get("hidden_act", "gelu") == "gelu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
-    d, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
+    v, d = _size(hf_config, "vocab_size", where), _size(hf_config, "hidden_size", where)
+    heads, layers = (
+        _size(hf_config, "num_attention_heads", where),
+        _size(hf_config, "num_hidden_layers", where),
+    )
+    ff = _size(hf_config, "intermediate_size", where)
+    _require(d % heads == 0, where, f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
     hd = d // heads
-    config = ModelConfig(
-        vocab_size=hf_config["vocab_size"],
+    config = _model_config(
+        where,
+        vocab_size=v,
         d_model=d,
-        n_layers=hf_config["num_hidden_layers"],
+        n_layers=layers,
         n_heads=heads,
-        d_ff=hf_config["intermediate_size"],
-        max_seq_len=hf_config.get("max_position_embeddings", 2048),
+        d_ff=ff,
+        max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
         rope_theta=_rope_theta(hf_config, where, 10_000.0),
         mlp="gelu",
         norm="layernorm",
-        norm_eps=hf_config.get("layer_norm_eps", 1e-5),
-        init_std=hf_config.get("initializer_range", 0.02),
+        norm_eps=_number(hf_config, "layer_norm_eps", where, 1e-5),
+        init_std=_number(hf_config, "initializer_range", where, 0.02),
+        interface="learned",
     )
-    ours = {"input.weight": _take(state, "gpt_neox.embed_in.weight", where)}
-    for i in range(config.n_layers):
+    expected = {"gpt_neox.embed_in.weight": (v, d), "embed_out.weight": (v, d), "lm_head.weight": (v, d)}
+    expected |= {"gpt_neox.final_layer_norm.weight": (d,), "gpt_neox.final_layer_norm.bias": (d,)}
+    for i in range(layers):
         hf = f"gpt_neox.layers.{i}"
-        qkv = _take(state, f"{hf}.attention.query_key_value.weight", where).view(heads, 3, hd, d)
-        for j, name in enumerate(("wq", "wk", "wv")):
-            ours[f"layers.{i}.attn.{name}.weight"] = qkv[:, j].reshape(d, d)
-        ours[f"layers.{i}.attn.wo.weight"] = _take(state, f"{hf}.attention.dense.weight", where)
-        ours[f"layers.{i}.mlp.w1.weight"] = _take(state, f"{hf}.mlp.dense_h_to_4h.weight", where)
-        ours[f"layers.{i}.mlp.w2.weight"] = _take(state, f"{hf}.mlp.dense_4h_to_h.weight", where)
-        ours[f"layers.{i}.attn_norm.weight"] = _take(state, f"{hf}.input_layernorm.weight", where)
-        ours[f"layers.{i}.mlp_norm.weight"] = _take(state, f"{hf}.post_attention_layernorm.weight", where)
-    ours["norm.weight"] = _take(state, "gpt_neox.final_layer_norm.weight", where)
-    head = state.pop("embed_out.weight", None)
-    if head is None:
-        head = state.pop("lm_head.weight", None)
-    _require(head is not None, where, "no embed_out.weight")
-    ours["head.weight"] = head
-    for name in [n for n in state if n.endswith(".bias")]:
-        _require(not state[name].any(), where, f"nonzero bias {name}")
-        state.pop(name)
-    _require_consumed(state, where)
-    return config, ours
+        expected |= {
+            f"{hf}.attention.query_key_value.weight": (3 * d, d),
+            f"{hf}.attention.query_key_value.bias": (3 * d,),
+            f"{hf}.attention.dense.weight": (d, d),
+            f"{hf}.attention.dense.bias": (d,),
+            f"{hf}.mlp.dense_h_to_4h.weight": (ff, d),
+            f"{hf}.mlp.dense_h_to_4h.bias": (ff,),
+            f"{hf}.mlp.dense_4h_to_h.weight": (d, ff),
+            f"{hf}.mlp.dense_4h_to_h.bias": (d,),
+            **{
+                f"{hf}.{norm}.{p}": (d,)
+                for norm in ("input_layernorm", "post_attention_layernorm")
+                for p in ("weight", "bias")
+            },
+        }
+    optional = {name for name in expected if name.endswith(".bias")} | {"embed_out.weight", "lm_head.weight"}
+
+    def convert(state: dict[str, torch.Tensor], where: Path) -> dict[str, torch.Tensor]:
+        ours = {"input.weight": state.pop("gpt_neox.embed_in.weight")}
+        for i in range(layers):
+            hf = f"gpt_neox.layers.{i}"
+            qkv = state.pop(f"{hf}.attention.query_key_value.weight").view(heads, 3, hd, d)
+            for j, name in enumerate(("wq", "wk", "wv")):
+                ours[f"layers.{i}.attn.{name}.weight"] = qkv[:, j].reshape(d, d)
+            ours[f"layers.{i}.attn.wo.weight"] = state.pop(f"{hf}.attention.dense.weight")
+            ours[f"layers.{i}.mlp.w1.weight"] = state.pop(f"{hf}.mlp.dense_h_to_4h.weight")
+            ours[f"layers.{i}.mlp.w2.weight"] = state.pop(f"{hf}.mlp.dense_4h_to_h.weight")
+            ours[f"layers.{i}.attn_norm.weight"] = state.pop(f"{hf}.input_layernorm.weight")
+            ours[f"layers.{i}.mlp_norm.weight"] = state.pop(f"{hf}.post_attention_layernorm.weight")
+        ours["norm.weight"] = state.pop("gpt_neox.final_layer_norm.weight")
+        head = state.pop("embed_out.weight", None)
+        if head is None:
+            head = state.pop("lm_head.weight", None)
+        _require(head is not None, where, "no embed_out.weight")
+        ours["head.weight"] = head
+        for name in [n for n in state if n.endswith(".bias")]:
+            _require(not state[name].any(), where, f"nonzero bias {name}")
+            state.pop(name)
+        _require_consumed(state, where)
+        return ours
+
+    return Conversion(config, expected, optional, "vocab_size, hidden_size, intermediate_size", convert)
+
+
+CONVERSIONS = {"llama": _llama, "gpt_neox": _neox}
 
 
 def _require_consumed(state: dict[str, torch.Tensor], where: Path) -> None:
@@ -617,26 +802,117 @@ def _require_consumed(state: dict[str, torch.Tensor], where: Path) -> None:
     _require(not leftover, where, f"unexpected weights {leftover[:5]}")
 
 
-def _detect_interface(
-    metadata: dict[str, Any] | None, embedding: torch.Tensor, config: ModelConfig
-) -> tuple[InterfaceConfig, dict[str, torch.Tensor]]:
-    """The fixed interface recorded at export (with its buffers) if the embedding is exactly its table,
-    else ``learned``."""
-    learned = InterfaceConfig(name="learned"), {}
-    if not metadata or metadata.get("interface", {}).get("name") not in FIXED_INTERFACES:
-        return learned
-    interface = from_dict(InterfaceConfig, metadata["interface"], where="config.json:tablefree.interface")
-    code = build_interface(interface, config.vocab_size, config.d_model)
-    buffers: dict[str, torch.Tensor] = {}
-    if interface.name == "affine":
-        affine = AffineMap.from_tensors(
-            torch.tensor(metadata["affine_matrix"], dtype=torch.int64),
-            torch.tensor(metadata["affine_offset"], dtype=torch.int64),
+# ----------------------------------------------------------------------------------------------------------
+# Import
+
+
+def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool = False) -> Path:
+    """Load a ``LlamaForCausalLM`` (or GPT-NeoX, as exported here) directory into a tablefree checkpoint.
+
+    Everything is checked before a tensor is allocated: ``config.json``'s sizes (whole numbers within
+    ``SIZE_LIMITS``) against the safetensors headers (every tensor present, with the shape the config implies;
+    no truncated file). The input interface recorded under ``"tablefree"`` is rebuilt and kept when its table
+    equals the embedding matrix exactly; otherwise the matrix becomes a ``learned`` table (a warning says why
+    when an interface was recorded). A tied output head (e.g. SmolLM2-135M) is copied into our untied head.
+    """
+    hf_dir, out_checkpoint = Path(hf_dir), Path(out_checkpoint)
+    config_path = hf_dir / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{config_path}: not a transformers model directory (no config.json)")
+    if out_checkpoint.exists() and any(out_checkpoint.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_checkpoint} exists and is not empty (pass overwrite=True / --overwrite)")
+    hf_config = _read_config_json(config_path)
+    model_type = hf_config.get("model_type")
+    if model_type not in CONVERSIONS:
+        raise ValueError(
+            f"{config_path}: model_type {model_type!r} is not supported (expected llama or gpt_neox)"
         )
-        code.affine_matrix.copy_(affine.matrix)
-        code.affine_offset.copy_(affine.offset)
-        buffers = {"input.affine_matrix": affine.matrix, "input.affine_offset": affine.offset}
-    table = code_table(code, config.vocab_size)
-    if table.shape == embedding.shape and torch.equal(table, embedding.float()):
-        return interface, buffers
-    return learned
+    conversion = CONVERSIONS[model_type](hf_config, config_path)
+    headers = read_weight_headers(hf_dir)
+    check_shapes(conversion.expected, conversion.optional, headers, config_path, conversion.sizes)
+    metadata = hf_config.get(METADATA_KEY)
+    metadata = metadata if isinstance(metadata, dict) else {}
+    interface_state = read_interface_state(hf_dir, metadata, config_path)
+
+    ours = conversion.convert(load_tensors(headers), config_path)
+    config = conversion.config
+    config.interface, interface_tensors = restore_interface(
+        metadata, ours.pop("input.weight"), interface_state, config, config_path
+    )
+    with torch.device("meta"):
+        model = TablefreeLM(config)
+    model.to_empty(device="cpu")
+    model.init_weights()  # fills the fixed buffers; every saved tensor is overwritten below
+    state = {k: v.float() for k, v in ours.items()} | {f"input.{k}": v for k, v in interface_tensors.items()}
+    model.load_state_dict(state, strict=True)
+
+    tokenizer = hf_dir / "tokenizer.json"
+    meta = {
+        "imported_from": str(hf_dir),
+        "model_type": model_type,
+        **{k: metadata[k] for k in ("step", "tokens_seen", "tokenizer_hash") if metadata.get(k) is not None},
+    }
+    with staged_directory(out_checkpoint) as staging:
+        save_model(staging, model, meta=meta, tokenizer_path=tokenizer if tokenizer.exists() else None)
+    return out_checkpoint
+
+
+def read_interface_state(hf_dir: Path, metadata: dict[str, Any], where: Path) -> dict[str, torch.Tensor]:
+    """The interface's own tensors recorded at export: ``tablefree_interface.safetensors`` (or, in exports of
+    the first format, affine's A and b as lists in ``config.json``)."""
+    name = metadata.get("interface_state")
+    if name:
+        if name != INTERFACE_STATE_FILE:
+            raise ValueError(
+                f"{where}: tablefree.interface_state: expected {INTERFACE_STATE_FILE!r}, got {name!r}"
+            )
+        path = hf_dir / name
+        if not path.exists():
+            raise FileNotFoundError(f"{where}: names {name}, which is missing from {hf_dir}")
+        return load_tensors(read_safetensors_header(path))
+    if "affine_matrix" in metadata and "affine_offset" in metadata:
+        try:
+            return {
+                "affine_matrix": torch.tensor(metadata["affine_matrix"], dtype=torch.int64),
+                "affine_offset": torch.tensor(metadata["affine_offset"], dtype=torch.int64),
+            }
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            raise ValueError(
+                f"{where}: tablefree.affine_matrix / affine_offset: expected 0/1 lists"
+            ) from None
+    return {}
+
+
+def restore_interface(
+    metadata: dict[str, Any],
+    table: torch.Tensor,
+    state: dict[str, torch.Tensor],
+    config: ModelConfig,
+    where: Path,
+) -> tuple[InterfaceConfig, dict[str, torch.Tensor]]:
+    """The recorded interface and its state when it recognises ``table`` (``adopt_table``), else ``learned``
+    with the table as its weight."""
+    learned = parse_interface_options("learned")
+    if "interface" not in metadata:
+        return learned, {"weight": table.float()}
+    recorded = metadata["interface"]
+    try:
+        options = parse_interface_options(recorded, f"{where}:tablefree.interface")
+    except ValueError as error:
+        warnings.warn(f"{error}; the embedding matrix is imported as a learned table", stacklevel=3)
+        return learned, {"weight": table.float()}
+    interface = build_interface(options, config.vocab_size, config.d_model)
+    try:
+        adopted = interface.adopt_table(table, state)
+    except ValueError as error:  # e.g. a singular affine matrix
+        raise ValueError(
+            f"{where}: the recorded {options.name} interface's state is invalid: {error}"
+        ) from None
+    if adopted is None:
+        warnings.warn(
+            f"{where}: the embedding matrix is not the table of the recorded {options.name!r} interface (it was "
+            "changed after export); imported as a learned table",
+            stacklevel=3,
+        )
+        return learned, {"weight": table.float()}
+    return options, adopted

@@ -43,12 +43,23 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    """A JSON file; malformed JSON is a ValueError that names the file and line."""
+    """A JSON file; malformed JSON (also bytes that are not UTF-8, nesting too deep for the parser, integers
+    over Python's 4,300-digit limit) is a ValueError that names the file, and the line where there is one."""
     path = Path(path)
+    data = path.read_bytes()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ValueError(f"{path}: malformed JSON (bytes that are not UTF-8 at line {line})") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: malformed JSON (nested too deeply)") from None
+    except ValueError as error:  # e.g. an integer over the 4,300-digit limit of int()
+        raise ValueError(f"{path}: malformed JSON ({str(error)[:200]})") from None
 
 
 @contextlib.contextmanager

@@ -45,15 +45,31 @@ def next_token(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
 ) -> int:
-    """The next token from the last position's logits (V,): argmax when ``temperature <= 0``, else a sample.
+    """The next token from the last position's logits (V,): argmax when ``temperature == 0``, else a sample.
 
     Sampling runs in fp32 on the CPU with a CPU generator, so a seed gives the same draws on every device.
     """
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 is greedy decoding), got {temperature}")
     logits = logits.detach().float().cpu()
-    if temperature <= 0:
+    if temperature == 0:
         return int(logits.argmax())
     probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def check_sampling(
+    max_new_tokens: int, temperature: float, top_k: int | None = None, top_p: float | None = None
+) -> None:
+    """Refuse sampling settings that mean nothing, naming the option and the range it takes."""
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if not temperature >= 0:  # also refuses NaN
+        raise ValueError(f"temperature must be >= 0 (0 is greedy decoding), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
 
 
 @torch.no_grad()
@@ -76,12 +92,7 @@ def generate_tokens(
     """
     if not prompt_ids:
         raise ValueError("prompt_ids is empty; start from at least one token (e.g. <|endoftext|>)")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
     window = model.config.max_seq_len
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -148,8 +159,9 @@ def generate(
 ) -> str:
     """Continue ``prompt`` (text, or token ids) and return the new text (without the prompt).
 
-    ``tokenizer`` is a ``tokenizers.Tokenizer``. ``temperature <= 0`` is greedy. ``stream`` (a text file such
-    as ``sys.stdout``, or a callable) receives the text as it is produced. Generation ends after
+    ``tokenizer`` is a ``tokenizers.Tokenizer``. ``temperature == 0`` is greedy (a negative one is refused).
+    ``stream`` (a text file such as ``sys.stdout``, or a callable) receives the text as it is produced.
+    Generation ends after
     ``max_new_tokens``, at ``<|endoftext|>`` (``stop_at_eot``), or at the first of the ``stop`` strings, which
     is cut off, as lm-eval's ``until``. An empty prompt starts a new document (``<|endoftext|>``).
     """

@@ -3,7 +3,8 @@
 Pre-norm blocks (RMSNorm or LayerNorm), rotary position embeddings in Hugging Face Llama's rotate-half
 convention, SwiGLU (or GELU) MLP, optional grouped-query attention, no biases, causal attention through
 ``scaled_dot_product_attention``, and an untied output head. The model knows nothing of parallelism
-(see ``tablefree.train.parallelize``) and nothing of the input interface beyond ``build_interface``.
+(see ``tablefree.train.parallelize``) and nothing of the input interface beyond its contract
+(``tablefree.interfaces.base.InputInterface``).
 
 Initialisation follows Hugging Face's Llama / SmolLM2 recipe: every Linear and embedding weight is drawn from
 N(0, init_std=0.02), norm gains are 1. Each tensor is drawn from its own generator seeded by (seed, parameter
@@ -202,24 +203,42 @@ class TablefreeLM(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy, computed in fp32."""
-        logits = self(ids)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        """Mean next-token cross-entropy, computed in fp32 (``next_token_loss``)."""
+        return next_token_loss(self(ids), targets)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
-        """N(0, init_std) for every matrix, ones for norm gains; one generator per (seed, name)."""
-        reset_buffers = getattr(self.input, "reset_buffers", None)
-        if reset_buffers is not None:
-            reset_buffers()
-        for name, tensor in list(self.named_parameters()) + list(self.named_buffers()):
-            if tensor.device.type == "meta":
-                continue
-            if name.endswith("norm.weight"):
-                tensor.fill_(1.0)
-            elif tensor.dim() == 2 and tensor.is_floating_point():
-                generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
-                tensor.normal_(0.0, self.config.init_std, generator=generator)
+        """N(0, init_std) for every matrix parameter, ones for norm gains; one generator per (seed, name).
+
+        Only parameters are initialised here: an interface's buffers are its fixed state, which it computes
+        itself from its options (``reset_fixed_state``)."""
+        self.input.reset_fixed_state()
+        for name, tensor in self.named_parameters():
+            if tensor.device.type != "meta":
+                self.init_tensor(name, tensor, seed)
+
+    @torch.no_grad()
+    def init_tensor(self, name: str, tensor: torch.Tensor, seed: int = 0) -> None:
+        """Initialise the full tensor of parameter ``name`` in place, as ``init_weights`` does: a sharded
+        (meta-device) build initialises each full tensor with this and keeps its shard, so it gets the same
+        weights as an unsharded build."""
+        if name.endswith("norm.weight"):
+            tensor.fill_(1.0)
+        elif tensor.dim() == 2 and tensor.is_floating_point():
+            generator = torch.Generator(device=tensor.device).manual_seed(_name_seed(seed, name))
+            tensor.normal_(0.0, self.config.init_std, generator=generator)
+
+
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """The model's loss: next-token cross-entropy in fp32, for logits (B, T, V) and targets (B, T).
+
+    ``reduction="mean"`` over all tokens (training); ``"none"`` gives the per-token losses (B, T), which
+    validation averages per window. Training and validation use this one function.
+    """
+    losses = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction
+    )
+    return losses if reduction != "none" else losses.view(targets.shape)
 
 
 def _name_seed(seed: int, name: str) -> int:
@@ -227,7 +246,11 @@ def _name_seed(seed: int, name: str) -> int:
 
 
 def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
-    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory)."""
+    """Build and initialise a model (on ``device``; "meta" builds it without allocating memory).
+
+    Interface seeds left to the training seed (``affine_seed: null``) are set to ``seed``; ``model.config``
+    holds the resolved config."""
+    config = config.resolve_seed(seed)
     with torch.device(device or "cpu"):
         model = TablefreeLM(config)
     model.init_weights(seed)

@@ -6,7 +6,8 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from tablefree.config import InterfaceConfig, ModelConfig
+from tablefree.config import ModelConfig
+from tablefree.interfaces import parse_interface_options
 from tablefree.model import TablefreeLM, build_model
 
 
@@ -66,7 +67,7 @@ def _meta_model(config: ModelConfig) -> TablefreeLM:
 
 def param_breakdown(config: ModelConfig) -> ParamBreakdown:
     counts = count_trainable(_meta_model(config))
-    learned = replace(config, interface=InterfaceConfig(name="learned"))
+    learned = replace(config, interface=parse_interface_options("learned"))
     learned_total = sum(count_trainable(_meta_model(learned)).values())
     return ParamBreakdown(
         interface=config.interface.name,
@@ -90,4 +91,14 @@ def format_breakdown(b: ParamBreakdown) -> str:
     lines = [f"interface: {b.interface}"]
     lines += [f"  {label:<22}{value:>16,}" for label, value in rows]
     lines.append(f"  {'removed (% of learned)':<22}{100.0 * b.removed_vs_learned / b.learned_total:>15.2f}%")
+    return "\n".join(lines)
+
+
+def format_comparison(breakdowns: list[ParamBreakdown]) -> str:
+    """One line per interface: its input parameters, the model's total and the difference from learned."""
+    lines = [f"  {'interface':<14}{'input interface':>18}{'total trainable':>18}{'removed vs learned':>20}"]
+    lines += [
+        f"  {b.interface:<14}{b.input_interface:>18,}{b.total_trainable:>18,}{b.removed_vs_learned:>20,}"
+        for b in breakdowns
+    ]
     return "\n".join(lines)

@@ -1,29 +1,41 @@
-"""Statistics for comparing input interfaces across seeds and benchmark examples. Pure functions of arrays.
+"""Statistics for comparing input interfaces across seeds and evaluation sets. Pure functions of arrays.
 
-Two kinds of confidence interval for a difference "interface A minus interface B":
+**The design.** Runs with the same seed share the backbone initialisation and the batch order, so the seed effect
+is largely shared across interfaces; and every run is scored on the same evaluation set. So the comparison of
+interface A with interface B is *paired by seed*, and the evaluation set's own sampling error is shared by both
+interfaces and every seed.
 
-* **Per-example metrics** (benchmark accuracy): ``paired_bootstrap_diff``. The scores form one matrix per
-  interface, rows = seeds, columns = benchmark examples (the same examples in the same order for every seed and
-  interface). Each of ``n_boot`` replicates
+**The primary comparison** (``paired_difference``). Per seed s, the difference D_s = metric(A, s) − metric(B, s)
+on the same evaluation set. Its mean D̄ has two sources of error:
 
-  1. draws N example indices with replacement, *the same indices for both interfaces* (paired: an example that
-     is hard for one model is usually hard for the other, and pairing cancels that shared difficulty);
-  2. draws seeds with replacement, independently within each interface (S_A of A's seeds, S_B of B's);
-  3. computes mean(A over its drawn seeds × drawn examples) − mean(B over its drawn seeds × drawn examples).
+* seeds: the per-seed differences vary; their variance over S seeds gives v_seed = s²(D)/S, with S − 1 degrees
+  of freedom (a t interval on the per-seed differences);
+* the evaluation set: the documents (validation) or examples (benchmarks) are a sample too. A *cluster*
+  bootstrap resamples whole documents (never tokens or windows: tokens of one document are correlated, and
+  token-level errors understate the error several-fold), the same documents for both interfaces and every seed,
+  and recomputes D̄; the variance of the replicates is v_eval, with N − 1 degrees of freedom for N clusters.
 
-  The 95% interval is the 2.5th and 97.5th percentile of the replicates (percentile bootstrap); the point
-  estimate is the plain difference of the full means. The RNG seed is fixed (default 0), so a report is
-  reproducible to the digit. Seeds are resampled independently rather than paired across interfaces: a seed
-  fixes the backbone initialisation and data order, but the runs diverge once the inputs differ, so we do not
-  assume a shared seed effect (the conservative choice). With one seed per interface step 2 is a no-op and the
-  interval reflects example sampling only; with few seeds, seed resampling understates the seed variance
-  (a bootstrap over S values has variance (S−1)/S of the sample's), so read such intervals as optimistic.
+The interval is D̄ ± t(0.975, ν)·√(v_seed + v_eval), with ν from Welch–Satterthwaite. The seed × document
+interaction (a document that favours A under one seed and B under another) shows in both components, so the
+interval errs on the wide side when that interaction is large; the simulation test in ``tests/test_stats.py``
+checks that 95% intervals cover the truth 93–97% of the time and that "resolved" under no difference stays at
+or below 5%. With one seed there is no estimate of the seed variation and no interval. The RNG seed is fixed
+(default 0): a report is reproducible to the digit.
 
-* **Per-run metrics** (validation loss, perplexity, bits per byte), which have one number per seed:
-  ``welch_diff``, a Welch t-interval from seed variation alone. With 2–3 seeds per interface its degrees of
-  freedom are small and the interval is wide; with one seed there is no variance estimate and no interval.
+Validation loss is a ratio (nats over tokens), so each document enters as its sum of nats and its token count;
+benchmark examples enter with weight 1 each. Perplexity and bits per byte are fixed transformations of the
+validation loss on the same split: they are reported, but they are not separate tests.
 
-``decide`` turns a difference and its interval into the report's sentence.
+**Several pairs.** The pairs of interfaces are tested together: ``holm`` adjusts their p-values (Holm's
+step-down method, family-wise error 5%), and a comparison is resolved only when its adjusted p-value is below
+0.05.
+
+**Chance.** A benchmark on which neither interface is distinguishable from its chance level (``paired_difference``
+of each interface against the per-example chance score, e.g. 1/4 for a four-way choice) gets no verdict: "at
+chance (N examples)".
+
+**Power.** ``Difference.detectable`` is the smallest true difference this design would resolve with 80%
+probability, (t(0.975, ν) + t(0.80, ν))·se: what a "not resolved" can rule out.
 """
 
 from __future__ import annotations
@@ -31,128 +43,246 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 DEFAULT_BOOTSTRAP = 10_000
 DEFAULT_SEED = 0
-_CHUNK_CELLS = 4_000_000  # replicates × examples per chunk of resampling counts (bounds memory at ~32 MB)
+ALPHA = 0.05
+POWER = 0.80
+_CHUNK_CELLS = 4_000_000  # replicates × clusters per chunk of resampling counts (bounds memory at ~32 MB)
 
 
 @dataclass(frozen=True)
 class Difference:
-    """``estimate`` = mean(A) − mean(B) with a confidence interval; ``low``/``high`` are None when undefined."""
+    """``estimate`` = mean over seeds of metric(A) − metric(B), with its interval and what it rests on.
+
+    ``low``/``high``/``se``/``df``/``p_value`` are None when undefined (one seed). ``seeds`` paired seeds,
+    ``clusters`` documents or examples (0 when only per-run numbers were available)."""
 
     estimate: float
     low: float | None
     high: float | None
     method: str
+    seeds: int
+    clusters: int = 0
+    se: float | None = None
+    df: float | None = None
+    p_value: float | None = None
     confidence: float = 0.95
 
     @property
     def excludes_zero(self) -> bool:
         return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
 
+    @property
+    def detectable(self) -> float | None:
+        """The smallest true difference resolved with 80% probability by this design (None without an se)."""
+        if self.se is None or self.df is None:
+            return None
+        alpha = 1 - self.confidence
+        return (student_t_ppf(1 - alpha / 2, self.df) + student_t_ppf(POWER, self.df)) * self.se
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "excludes_zero": self.excludes_zero}
+        return {**asdict(self), "excludes_zero": self.excludes_zero, "detectable": self.detectable}
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (ddof=1; 0.0 for a single value)."""
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (ddof=1; None for a single value: one seed has no spread)."""
     array = _finite_1d(values, "values")
-    std = float(array.std(ddof=1)) if array.size > 1 else 0.0
+    std = float(array.std(ddof=1)) if array.size > 1 else None
     return float(array.mean()), std
 
 
 def coefficient_of_variation(values: Sequence[float]) -> float:
     """Sample std / mean (ddof=1), e.g. the seed-to-seed variation of validation perplexity (0.048 = 4.8%)."""
     mean, std = mean_std(values)
+    if std is None:
+        raise ValueError("coefficient of variation needs at least two values")
     if mean == 0:
         raise ValueError("coefficient of variation is undefined for a zero mean")
     return std / abs(mean)
 
 
-def paired_bootstrap_diff(
-    scores_a: np.ndarray,
-    scores_b: np.ndarray,
+def paired_difference(
+    sums_a: np.ndarray,
+    sums_b: np.ndarray,
+    weights: np.ndarray | None = None,
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int = DEFAULT_SEED,
     confidence: float = 0.95,
 ) -> Difference:
-    """Percentile-bootstrap CI of mean(A) − mean(B) over seeds and paired examples (see the module docstring).
+    """Paired-by-seed difference of A and B with a seeds × evaluation-set interval (see the module docstring).
 
-    ``scores_a`` has shape (seeds_A, examples), ``scores_b`` (seeds_B, examples); column j of both is example j.
+    ``sums_a`` and ``sums_b`` have shape (seeds, clusters): row s of both is seed s, column d is document (or
+    example) d, holding the metric's sum over the cluster's units (a document's nats; an example's score).
+    ``weights`` (clusters,) are the units per cluster (a document's tokens; 1 per example when None). The metric
+    of a run is sum over clusters / sum of weights. ``sums_b`` may also be a (clusters,) reference (a chance
+    level) shared by every seed. With ``n_boot`` 0, or one cluster, only the seed variation enters.
     """
-    a, b = _score_matrix(scores_a, "scores_a"), _score_matrix(scores_b, "scores_b")
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"paired bootstrap needs the same examples: A has {a.shape[1]}, B has {b.shape[1]}")
-    rng = np.random.default_rng(seed)
-    n_examples = a.shape[1]
-    replicates = np.empty(n_boot)
-    chunk = max(1, _CHUNK_CELLS // n_examples)
-    for start in range(0, n_boot, chunk):
-        size = min(chunk, n_boot - start)
-        example_weights = _resample_weights(rng, size, n_examples)  # (size, N), rows sum to 1
-        mean_a = _seed_resampled_mean(rng, example_weights @ a.T)  # (size,)
-        mean_b = _seed_resampled_mean(rng, example_weights @ b.T)
-        replicates[start : start + size] = mean_a - mean_b
-    low, high = _percentiles(replicates, confidence)
-    estimate = float(a.mean() - b.mean())
-    return Difference(estimate, low, high, f"paired bootstrap ({n_boot} replicates, seed {seed})", confidence)
-
-
-def welch_diff(values_a: Sequence[float], values_b: Sequence[float], confidence: float = 0.95) -> Difference:
-    """Welch t-interval of mean(A) − mean(B) from per-seed values; no interval when a side has one seed."""
-    a, b = _finite_1d(values_a, "values_a"), _finite_1d(values_b, "values_b")
-    estimate = float(a.mean() - b.mean())
-    if a.size < 2 or b.size < 2:
-        return Difference(estimate, None, None, "Welch t-interval (needs ≥2 seeds per interface)", confidence)
-    var_a, var_b = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(var_a + var_b)
-    if se == 0:
-        return Difference(estimate, estimate, estimate, "Welch t-interval (no seed variation)", confidence)
-    df = (var_a + var_b) ** 2 / (var_a**2 / (a.size - 1) + var_b**2 / (b.size - 1))
-    half = student_t_ppf(0.5 + confidence / 2, df) * se
-    return Difference(
-        estimate, estimate - half, estimate + half, f"Welch t-interval (df={df:.1f})", confidence
+    a = _matrix(sums_a, "sums_a")
+    b = np.broadcast_to(np.asarray(sums_b, dtype=np.float64), a.shape) if np.ndim(sums_b) == 1 else sums_b
+    b = _matrix(b, "sums_b")
+    if a.shape != b.shape:
+        raise ValueError(
+            f"paired comparison needs the same seeds and documents: A is {a.shape[0]} seeds × {a.shape[1]}, "
+            f"B is {b.shape[0]} × {b.shape[1]}"
+        )
+    seeds, clusters = a.shape
+    w = np.ones(clusters) if weights is None else _finite_1d(weights, "weights")
+    if w.shape != (clusters,) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights: expected {clusters} non-negative values with a positive sum")
+    scored = w > 0  # a document with no scored tokens (cut off by a window limit) carries no information
+    a, b, w = a[:, scored], b[:, scored], w[scored]
+    clusters = int(scored.sum())
+    per_seed = (a - b).sum(axis=1) / w.sum()
+    estimate = float(per_seed.mean())
+    if seeds < 2:
+        return Difference(
+            estimate, None, None, "one seed: no estimate of the seed variation", seeds, clusters
+        )
+    v_seed = float(per_seed.var(ddof=1)) / seeds
+    v_eval = 0.0
+    if n_boot and clusters > 1:
+        replicates = _cluster_bootstrap((a - b).mean(axis=0, keepdims=True), w, n_boot, seed)[:, 0]
+        # × N/(N − 1): the bootstrap variance of a mean of N clusters is (N − 1)/N of the unbiased estimate
+        replicates *= math.sqrt(clusters / (clusters - 1))
+        v_eval = float(replicates.var(ddof=1))
+    method = (
+        f"paired by seed (t, {seeds - 1} df) + cluster bootstrap over {clusters} documents/examples "
+        f"({n_boot} replicates, seed {seed})"
+        if v_eval > 0 or (n_boot and clusters > 1)
+        else f"paired by seed (t, {seeds - 1} df); evaluation-set sampling not included"
     )
+    return _t_interval(estimate, v_seed, seeds - 1, v_eval, clusters - 1, method, seeds, clusters, confidence)
+
+
+def paired_seed_difference(values_a: Sequence[float], values_b: Sequence[float], confidence: float = 0.95):
+    """Paired-by-seed difference from one number per run (element s of both = seed s): the t interval on the
+    per-seed differences alone. Used where no per-document data exist (the in-training estimates)."""
+    a, b = _finite_1d(values_a, "values_a"), _finite_1d(values_b, "values_b")
+    if a.shape != b.shape:
+        raise ValueError(f"paired comparison needs the same seeds: A has {a.size}, B has {b.size}")
+    return paired_difference(a[:, None], b[:, None], n_boot=0, confidence=confidence)
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm step-down adjusted p-values for one family of tests (None entries are left out of the family)."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(indexed)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[index] = running
+    return adjusted
+
+
+def slope_against_log(
+    x: Sequence[float], y_per_seed: np.ndarray, confidence: float = 0.95
+) -> dict[str, float | int | None]:
+    """Least-squares slope of y against ln(x), per seed, and its t interval over seeds.
+
+    ``y_per_seed`` is (seeds, points), e.g. the per-seed gap at each validation point. The slope per seed is
+    fitted separately, so the interval (t on S − 1 df) uses the seed-to-seed spread of slopes: a shrinking gap
+    has a negative slope when the gap is positive. Units: y per e-fold of x (per ln-unit)."""
+    logs = np.log(_finite_1d(x, "x"))
+    y = _matrix(y_per_seed, "y_per_seed")
+    if y.shape[1] != logs.size or logs.size < 2:
+        raise ValueError(f"slope needs ≥2 points and one y per x: {logs.size} x, y is {y.shape}")
+    centered = logs - logs.mean()
+    slopes = (y - y.mean(axis=1, keepdims=True)) @ centered / (centered @ centered)
+    seeds = slopes.size
+    estimate = float(slopes.mean())
+    if seeds < 2:
+        return {"slope": estimate, "low": None, "high": None, "seeds": seeds, "points": int(logs.size)}
+    half = student_t_ppf(0.5 + confidence / 2, seeds - 1) * float(slopes.std(ddof=1)) / math.sqrt(seeds)
+    return {
+        "slope": estimate,
+        "low": estimate - half,
+        "high": estimate + half,
+        "seeds": seeds,
+        "points": int(logs.size),
+    }
+
+
+def unigram_cross_entropy(train_counts: np.ndarray, eval_counts: np.ndarray, smoothing: float = 0.5) -> float:
+    """Cross-entropy (nats per token) of a unigram model fit on ``train_counts`` (add-``smoothing``) on a set with
+    token counts ``eval_counts``: the level a language model must beat before interface differences mean much."""
+    train = np.asarray(train_counts, dtype=np.float64)
+    evals = np.asarray(eval_counts, dtype=np.float64)
+    if train.shape != evals.shape or evals.sum() <= 0:
+        raise ValueError("unigram cross-entropy needs two count vectors over the same vocabulary")
+    probs = (train + smoothing) / (train.sum() + smoothing * train.size)
+    return float(-(evals * np.log(probs)).sum() / evals.sum())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Sentences
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    """``digits`` significant digits, without scientific notation for ordinary magnitudes (0.0331, 1.25, 312)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
 
 
 def decide(
-    difference: Difference, name_a: str, name_b: str, metric: str, higher_is_better: bool, digits: int = 4
+    difference: Difference,
+    name_a: str,
+    name_b: str,
+    unit: str,
+    higher_is_better: bool,
+    scale: str,
+    adjusted_p: float | None = None,
+    family: int = 1,
+    alpha: float = ALPHA,
 ) -> str:
-    """The plain sentence for one comparison of A vs B on ``metric``.
+    """The plain sentence for one comparison of A with B.
 
-    "resolved: canonical better than learned by 0.0123 acc (higher is better; 95% CI [0.0041, 0.0205])" when the interval excludes 0, the
-    amount and interval oriented so that positive means "the winner is better"; otherwise "not resolved at this
-    scale: ..." with the raw difference and its interval (or the reason there is none).
+    ``unit`` names the metric ("nats/token", "acc"); ``scale`` says what each run was and what it was scored on
+    ("2.5M tokens each; 31 documents, 640k tokens"). ``adjusted_p`` is the Holm-adjusted p-value among ``family``
+    pairs; the comparison is resolved when it is below ``alpha`` (without one, when the interval excludes 0).
     """
     d = difference
     level = f"{100 * d.confidence:g}% CI"
+    seeds = f"{d.seeds} seed" + ("s" if d.seeds != 1 else "")
     if d.low is None or d.high is None:
         return (
-            f"not resolved at this scale: {name_a} − {name_b} = {d.estimate:+.{digits}f} {metric} "
-            f"(no {level}: needs at least two seeds per interface)"
+            f"not resolved with {seeds}: {name_a} − {name_b} = {fmt(d.estimate)} {unit}; one seed gives no "
+            f"estimate of the seed-to-seed variation (run 3 or more seeds) [{scale}]"
         )
-    if not d.excludes_zero:
+    p = adjusted_p if adjusted_p is not None else d.p_value
+    resolved = p is not None and p < alpha if adjusted_p is not None else d.excludes_zero
+    correction = f"Holm-adjusted p = {fmt(p, 2)} over {family} pairs" if family > 1 and p is not None else ""
+    if not resolved:
+        detectable = d.detectable
+        tail = (
+            f"; the smallest difference this design could detect is about {fmt(detectable, 2)}"
+            if detectable
+            else ""
+        )
+        extra = f"; {correction}" if correction else ""
         return (
-            f"not resolved at this scale: {name_a} − {name_b} = {d.estimate:+.{digits}f} {metric} "
-            f"({level} [{d.low:+.{digits}f}, {d.high:+.{digits}f}] includes 0)"
+            f"not resolved with {seeds} at {scale}: {name_a} − {name_b} = {fmt(d.estimate)} {unit} "
+            f"({level} [{fmt(d.low)}, {fmt(d.high)}]{extra}){tail}"
         )
-    a_wins = d.low > 0 if higher_is_better else d.high < 0
-    # Orient as "winner minus loser", in the direction where larger means better for the winner.
-    sign = 1.0 if a_wins == higher_is_better else -1.0
+    a_wins = (d.estimate > 0) == higher_is_better
+    sign = 1.0 if d.estimate > 0 else -1.0
     low, high = sorted((sign * d.low, sign * d.high))
     winner, loser = (name_a, name_b) if a_wins else (name_b, name_a)
-    direction = "higher" if higher_is_better else "lower"
+    extra = f"; {correction}" if correction else ""
     return (
-        f"resolved: {winner} better than {loser} by {sign * d.estimate:.{digits}f} {metric} "
-        f"({direction} is better; {level} [{low:.{digits}f}, {high:.{digits}f}])"
+        f"resolved: {winner} better than {loser} by {fmt(abs(d.estimate))} {unit} "
+        f"({level} [{fmt(low)}, {fmt(high)}]; paired over {seeds}; {scale}{extra})"
     )
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Student t quantile (no SciPy dependency): regularized incomplete beta by continued fraction, then bisection.
+# Student t (no SciPy dependency): regularized incomplete beta by continued fraction, then bisection.
 
 
 def student_t_cdf(t: float, df: float) -> float:
@@ -167,16 +297,32 @@ def student_t_ppf(p: float, df: float) -> float:
         raise ValueError(f"student_t_ppf needs 0 < p < 1 and df > 0, got p={p}, df={df}")
     if p < 0.5:
         return -student_t_ppf(1 - p, df)
-    low, high = 0.0, 1.0
+    # Newton's method on the cdf from the Cornish-Fisher start, kept inside a shrinking bracket (bisection when
+    # a step leaves it).
+    z = NormalDist().inv_cdf(p)
+    t = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    low, high = 0.0, max(t, 1.0)
     while student_t_cdf(high, df) < p:
-        high *= 2
-    for _ in range(200):
-        mid = (low + high) / 2
-        if student_t_cdf(mid, df) < p:
-            low = mid
+        low, high = high, 2 * high
+    t = t if low < t < high else (low + high) / 2
+    for _ in range(100):
+        error = student_t_cdf(t, df) - p
+        if abs(error) < 1e-14:
+            break
+        if error < 0:
+            low = t
         else:
-            high = mid
-    return (low + high) / 2
+            high = t
+        step = t - error / _student_t_pdf(t, df)
+        t = step if low < step < high else (low + high) / 2
+        if high - low < 1e-13 * max(1.0, high):
+            break
+    return t
+
+
+def _student_t_pdf(t: float, df: float) -> float:
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
 
 
 def _betainc(a: float, b: float, x: float) -> float:
@@ -209,32 +355,59 @@ def _betainc(a: float, b: float, x: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _resample_weights(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
-    """(size, n) resampling weights: row r counts how often each of n items was drawn in n draws, over n."""
+def _t_interval(
+    estimate: float,
+    v_seed: float,
+    df_seed: int,
+    v_eval: float,
+    df_eval: int,
+    method: str,
+    seeds: int,
+    clusters: int,
+    confidence: float,
+) -> Difference:
+    se = math.sqrt(v_seed + v_eval)
+    if se == 0:
+        p = 1.0 if estimate == 0 else 0.0
+        return Difference(
+            estimate, estimate, estimate, method, seeds, clusters, 0.0, float(df_seed), p, confidence
+        )
+    parts = v_seed**2 / df_seed + (v_eval**2 / df_eval if df_eval > 0 else 0.0)
+    df = (v_seed + v_eval) ** 2 / parts
+    half = student_t_ppf(0.5 + confidence / 2, df) * se
+    p = 2 * (1 - student_t_cdf(abs(estimate) / se, df))
+    return Difference(
+        estimate, estimate - half, estimate + half, method, seeds, clusters, se, df, max(p, 0.0), confidence
+    )
+
+
+def _cluster_bootstrap(sums: np.ndarray, weights: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, seeds) replicates of each row's sum(sums)/sum(weights), the same clusters drawn with
+    replacement for every row."""
+    rng = np.random.default_rng(seed)
+    n = sums.shape[1]
+    replicates = np.empty((n_boot, sums.shape[0]))
+    chunk = max(1, _CHUNK_CELLS // n)
+    for start in range(0, n_boot, chunk):
+        size = min(chunk, n_boot - start)
+        counts = _resample_counts(rng, size, n)
+        replicates[start : start + size] = (counts @ sums.T) / (counts @ weights)[:, None]
+    return replicates
+
+
+def _resample_counts(rng: np.random.Generator, size: int, n: int) -> np.ndarray:
+    """(size, n): row r counts how often each of n items was drawn in n draws with replacement."""
     draws = rng.integers(0, n, size=(size, n))
     flat = (draws + np.arange(size)[:, None] * n).ravel()
-    return np.bincount(flat, minlength=size * n).reshape(size, n) / n
+    return np.bincount(flat, minlength=size * n).reshape(size, n).astype(np.float64)
 
 
-def _seed_resampled_mean(rng: np.random.Generator, per_seed: np.ndarray) -> np.ndarray:
-    """Per replicate: the mean over seeds drawn with replacement of ``per_seed`` (size, seeds)."""
-    return (per_seed * _resample_weights(rng, per_seed.shape[0], per_seed.shape[1])).sum(axis=1)
-
-
-def _percentiles(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(replicates, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def _score_matrix(scores: np.ndarray, name: str) -> np.ndarray:
-    matrix = np.asarray(scores, dtype=np.float64)
+def _matrix(values: np.ndarray, name: str) -> np.ndarray:
+    matrix = np.asarray(values, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
-        raise ValueError(f"{name}: expected a non-empty (seeds, examples) matrix, got shape {matrix.shape}")
+        raise ValueError(f"{name}: expected a non-empty (seeds, clusters) matrix, got shape {matrix.shape}")
     if not np.isfinite(matrix).all():
-        raise ValueError(f"{name}: scores must be finite")
+        raise ValueError(f"{name}: values must be finite")
     return matrix
 
 

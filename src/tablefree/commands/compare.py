@@ -11,9 +11,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     compare = subparsers.add_parser(
         "compare",
         help="train, evaluate and compare the input interfaces over seeds under one recipe",
-        description="Train every (interface, seed) run of one recipe, evaluate each, and write report.md, "
-        "report.json and figures with paired-bootstrap confidence intervals. Re-running skips finished runs and "
-        "resumes interrupted ones. Python API: tablefree.compare.run_sweep("
+        description="Train every (interface, seed) run of one recipe (and of every grid point: several budgets "
+        "and/or model sizes), evaluate each, and write report.md, report.json and figures: differences paired by "
+        "seed with intervals that include the evaluation set's sampling, Holm-corrected across pairs. The whole "
+        "sweep is checked before anything trains. Re-running the same command resumes: finished runs are "
+        "skipped, an interrupted run continues from its checkpoint. Python API: tablefree.compare.run_sweep("
         "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out, overrides)). See docs/experiments.md.",
     )
     compare.add_argument(
@@ -23,7 +25,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="dotted overrides, e.g. eval.limit=null train.budget=1M",
+        help="dotted overrides, e.g. eval.limit=null train.budget=1M eval.data_dir=DIR",
     )
     compare.add_argument(
         "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
@@ -65,7 +67,14 @@ def run_compare(args: argparse.Namespace) -> int:
     from tablefree.compare import load_compare_config, run_sweep
 
     config = load_compare_config(args.config, args.interfaces, args.seeds, args.out, args.overrides)
-    result = run_sweep(config, report=not args.no_report)
+    try:
+        result = run_sweep(config, report=not args.no_report)
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted: finished runs are kept in {config.out_dir}, and the interrupted run continues from "
+            "its last checkpoint when you re-run the same command"
+        )
+        return 130
     if result["report"] is not None:
         print_verdict(result["report"], Path(result["out"]))
     if result["failed"]:
@@ -86,5 +95,11 @@ def print_verdict(report: dict, out: Path) -> None:
     from tablefree.report import verdict
 
     print(f"report: {out / 'report.md'}")
-    for comparison in verdict(report):
-        print(f"  {comparison['metric']}: {comparison['sentence']}")
+    for c in verdict(report):
+        point = f"[{c['point']}] " if c["point"] else ""
+        print(f"  {point}{c['metric']}, {c['a']} vs {c['b']}: {c['sentence']}")
+    baseline = report.get("baseline")
+    if baseline and baseline["not_beaten_by"]:
+        from tablefree.report.analysis import UNIGRAM_FLAG
+
+        print(f"  {UNIGRAM_FLAG}: {', '.join(baseline['not_beaten_by'])}")

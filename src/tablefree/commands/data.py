@@ -9,7 +9,12 @@ import json
 import os
 import sys
 
-from tablefree.data.prepare import DEFAULT_SHARD_TOKENS, DEFAULT_VOCAB_SIZE
+from tablefree.data.prepare import (
+    DEFAULT_SHARD_TOKENS,
+    DEFAULT_VAL_DOCUMENTS,
+    DEFAULT_VAL_SECTION_CHARS,
+    DEFAULT_VOCAB_SIZE,
+)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +58,7 @@ def _add_tokenizer(subparsers: argparse._SubParsersAction) -> None:
 def _add_data(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
-        help="prepare token shards, scan a corpus, download evaluation data",
+        help="prepare token shards, scan a corpus, verify a dataset, download evaluation data",
         description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.data.download.",
     )
     verbs = parser.add_subparsers(dest="data_verb", metavar="VERB", required=True)
@@ -73,7 +78,24 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     prepare.add_argument(
         "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="when training a tokenizer"
     )
-    prepare.add_argument("--val-fraction", type=float, default=0.005, help="fraction of documents for val")
+    prepare.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.005,
+        help="fraction of documents for val (at most max(this, 10%%) of the text is held out)",
+    )
+    prepare.add_argument(
+        "--val-documents",
+        type=int,
+        default=DEFAULT_VAL_DOCUMENTS,
+        help="validation documents wanted at least, from different sources (default: %(default)s)",
+    )
+    prepare.add_argument(
+        "--val-section-chars",
+        type=int,
+        default=DEFAULT_VAL_SECTION_CHARS,
+        help="characters of a validation section held out of a long document (default: %(default)s, ~20k tokens)",
+    )
     prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
     prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
     prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
@@ -114,6 +136,20 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     adopt.add_argument("--val", nargs="*", default=[], help="val shard files (in DIR), or a glob")
     adopt.set_defaults(func=run_adopt)
 
+    verify = verbs.add_parser(
+        "verify",
+        help="check a prepared dataset's shards against its manifest",
+        description="Check every shard of a prepared dataset against manifest.json: present, header valid, "
+        "token count as recorded, and (unless --no-hash) its sha256, its token ids below vocab_size and the "
+        "tokenizer's hash. Exit status 1 when anything is wrong. "
+        "Python API: tablefree.data.loader.verify_dataset(DIR, hashes=True).",
+    )
+    verify.add_argument("dir", help="dataset directory (holding manifest.json)")
+    verify.add_argument(
+        "--no-hash", action="store_true", help="check sizes and headers only (fast on any size)"
+    )
+    verify.set_defaults(func=run_verify)
+
     download = verbs.add_parser(
         "download-evals",
         help="download the zero-shot evaluation sets, verifying sha256",
@@ -121,16 +157,34 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
     )
     download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
-    download.add_argument("--tasks", nargs="+", help="subset of the tasks (default: all with a known URL)")
+    download.add_argument(
+        "--tasks",
+        default="all",
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all)",
+    )
     download.add_argument("--base-url", help="a mirror serving the files under the same relative paths")
     download.add_argument("--force", action="store_true", help="download again even if present and verified")
     download.set_defaults(func=run_download)
+    _add_embedded_corpus(verbs)
+
+
+def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
+    corpus = verbs.add_parser(
+        "embedded-corpus",
+        help="write the embedded default corpus (Python and PyTorch documentation text), offline",
+        description="Gather English documentation text that ships with every Python and PyTorch install (the "
+        "demo's default corpus, about 4.5 MB) into OUT as JSONL, one {text, source} document a line, with "
+        "corpus.json beside it describing what was gathered. Deterministic for a given Python and PyTorch. "
+        "Python API: tablefree.demo.gather_default_corpus(OUT). See docs/demo.md.",
+    )
+    corpus.add_argument("out", metavar="OUT", help="the JSONL file to write, e.g. corpus/docs.jsonl")
+    corpus.set_defaults(func=run_embedded_corpus)
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
-    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
+    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer_on_corpus
 
-    tokenizer = train_tokenizer(
+    trained = train_tokenizer_on_corpus(
         args.corpus,
         args.vocab_size,
         args.out,
@@ -139,11 +193,38 @@ def run_tokenizer_train(args: argparse.Namespace) -> int:
         gutenberg=args.strip_gutenberg,
         min_frequency=args.min_frequency,
     )
+    for line in corpus_report(trained.summary.as_dict()):
+        print(line)
+    tokenizer = trained.tokenizer
     print(
-        f"wrote {args.out}: vocab {tokenizer.get_vocab_size()}, eot_id {eot_id(tokenizer)}, "
+        f"wrote {args.out}: vocab {trained.vocab_size}, eot_id {eot_id(tokenizer)}, "
         f"sha256 {tokenizer_hash(tokenizer)}"
     )
+    if trained.shortfall():
+        print(f"warning: {trained.shortfall()}", file=sys.stderr)
     return 0
+
+
+def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
+    """What reading a corpus found, as `data prepare` and `tokenizer train` print it: files, documents,
+    encodings and fallbacks, then the junk by kind and the first items by file and line."""
+    lines = []
+    if "encoding_fallbacks" in corpus:
+        lines.append(
+            f"read {corpus['files']} files, {corpus['documents']:,} documents; "
+            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
+        )
+    junk = corpus.get("junk_items", [])
+    if junk:
+        lines.append(
+            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
+        )
+        for item in junk[:max_items]:
+            line = f":{item['line']}" if item["line"] is not None else ""
+            lines.append(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
+        if len(junk) > max_items:
+            lines.append(f"  ... and {len(junk) - max_items} more (all in `tablefree data scan --json`)")
+    return lines
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -160,6 +241,8 @@ def run_prepare(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         vocab_size=args.vocab_size,
         val_fraction=args.val_fraction,
+        val_documents=args.val_documents,
+        val_section_chars=args.val_section_chars,
         workers=args.workers,
         shard_tokens=args.shard_tokens,
         seed=args.seed,
@@ -171,28 +254,43 @@ def run_prepare(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )
-    corpus = manifest["corpus"]
-    if "encoding_fallbacks" in corpus:
-        print(
-            f"read {corpus['files']} files, {corpus['documents']:,} documents; "
-            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
-        )
-    junk = corpus.get("junk_items", [])
-    if junk:
-        print(
-            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
-        )
-        for item in junk[:10]:
-            line = f":{item['line']}" if item["line"] is not None else ""
-            print(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
+    for line in corpus_report(manifest["corpus"]):
+        print(line)
     for split, info in manifest["splits"].items():
         print(
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
+        )
+    for line in validation_summary(manifest, args.val_documents):
+        print(line)
+    if args.tokenizer is None and manifest["vocab_size"] < args.vocab_size:
+        print(
+            f"warning: the corpus filled {manifest['vocab_size']} of the {args.vocab_size} tokens asked for "
+            f"(--vocab-size); the dataset uses {manifest['vocab_size']}",
+            file=sys.stderr,
         )
     print(
         f"wrote {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
     )
     return 0
+
+
+def validation_summary(manifest: dict, wanted: int) -> list[str]:
+    """What the validation split holds, and a warning when it is too small for a document-level bootstrap."""
+    record = manifest.get("validation") or {}
+    documents = record.get("documents", manifest["splits"]["val"]["documents"])
+    lines = [f"validation: {documents:,} documents, {record.get('tokens', 0):,} tokens"]
+    if "source_documents" in record:
+        lines[0] += (
+            f" ({record['sections']} sections of {record['section_chars']:,} characters, "
+            f"from {record['source_documents']} source documents)"
+        )
+    if documents < wanted or record.get("source_documents", documents) < 2:
+        lines.append(
+            f"warning: the validation split holds {documents} documents from "
+            f"{record.get('source_documents', documents)} sources (wanted {wanted}): too few for a "
+            "document-level bootstrap; use a larger corpus or a larger --val-fraction"
+        )
+    return lines
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -232,9 +330,28 @@ def run_adopt(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_verify(args: argparse.Namespace) -> int:
+    from tablefree.data.loader import verify_dataset
+
+    check = verify_dataset(args.dir, hashes=not args.no_hash)
+    print(check.format())
+    return 0 if check.ok else 1
+
+
 def run_download(args: argparse.Namespace) -> int:
     from tablefree.data.download import download_evals
 
     for path in download_evals(args.dir, tasks=args.tasks, base_url=args.base_url, force=args.force):
         print(f"ok {path}")
+    return 0
+
+
+def run_embedded_corpus(args: argparse.Namespace) -> int:
+    from tablefree.demo import gather_default_corpus
+
+    stats = gather_default_corpus(args.out)
+    print(
+        f"wrote {args.out}: {stats['documents']:,} documents, {stats['text_bytes'] / 1e6:.2f} MB of text "
+        f"(Python {stats['python']}, torch {stats['torch']}; sha256 {stats['sha256'][:16]}…)"
+    )
     return 0

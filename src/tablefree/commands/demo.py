@@ -1,5 +1,5 @@
-"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in about ten
-minutes on 2 CPU cores (Python API: ``tablefree.demo.run_demo``)."""
+"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in about five
+minutes on 2 idle CPU cores, six with benchmarks (docs/demo.md; Python API: ``tablefree.demo.run_demo``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import argparse
 from pathlib import Path
 
 from tablefree.commands.compare import parse_seeds
+from tablefree.commands.eval import limit_arg
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="the whole experiment on the embedded default corpus in ~10 minutes on CPU",
+        help="the whole experiment on the embedded default corpus: about 5 minutes on 2 idle CPU cores",
         description="Gather English documentation text shipped with Python and PyTorch (or use --corpus), train a "
         "tokenizer, prepare shards, train the learned, canonical and affine interfaces on the tiny recipe, "
         "evaluate validation loss and bits per byte (and HellaSwag/PIQA/LAMBADA when their files are present), "
@@ -41,9 +42,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--eval-limit",
-        type=int,
+        type=limit_arg,
         default=500,
-        help="documents per benchmark (default: 500; 0 for the full sets, which takes much longer)",
+        metavar="N",
+        help="first N >= 1 documents of each benchmark, or 'all' for the full sets (much longer) "
+        "(default: %(default)s)",
     )
     parser.set_defaults(func=run)
 
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         seeds=args.seeds,
         budget=args.budget,
-        eval_limit=args.eval_limit or None,
+        eval_limit=args.eval_limit,
     )
     print()
     print(f"report: {Path(result['out']) / 'report.md'}")

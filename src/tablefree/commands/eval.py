@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tablefree.evaluate.evaluator import VALIDATION, format_results, run_eval
-from tablefree.evaluate.tasks import TASKS
+from tablefree.evaluate.tasks import TASK_ALIASES, TASKS, parse_limit
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -24,10 +24,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tasks",
         default="hellaswag,piqa,lambada",
-        help=f"comma-separated, from {', '.join(TASKS)}, {VALIDATION}; or 'all' (default: %(default)s)",
+        help=f"comma-separated, from {', '.join(TASKS)}, {VALIDATION}; or 'all' (aliases: "
+        f"{', '.join(TASK_ALIASES)}) (default: %(default)s)",
     )
     parser.add_argument(
-        "--limit", type=int, default=None, help="first N documents of each task (windows for validation)"
+        "--limit",
+        type=limit_arg,
+        default=None,
+        metavar="N",
+        help="first N >= 1 documents of each task (windows for validation); 'all' or leaving it out: the full "
+        "sets; 0 is an error",
     )
     parser.add_argument(
         "--batch-size", type=int, default=32, help="packed rows per forward pass (default: %(default)s)"
@@ -55,6 +61,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     parser.set_defaults(func=run)
+
+
+def limit_arg(text: str) -> int | None:
+    try:
+        return parse_limit(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def run(args: argparse.Namespace) -> int:

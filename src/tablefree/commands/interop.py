@@ -7,7 +7,9 @@ adapter ``tablefree.evaluate.lm_eval_adapter``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from tablefree.commands.eval import limit_arg
 from tablefree.export import EXPORT_FORMATS
 
 
@@ -17,7 +19,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="export a checkpoint to a Hugging Face transformers directory",
         description="Write a plain transformers model directory (LlamaForCausalLM, or GPTNeoXForCausalLM for "
         "the LayerNorm/GELU variant): config.json, model.safetensors, generation_config.json, tokenizer "
-        "files and a model card. Fixed-code interfaces are materialised as the V×d embedding table. "
+        "files and a model card. Every interface is materialised as the V×d embedding table; its options "
+        "(and tensors such as affine's A and b) are recorded for import-hf. "
         "Python API: tablefree.export.export_hf(checkpoint, out_dir).",
     )
     export.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
@@ -34,8 +37,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "import-hf",
         help="load a transformers Llama (or exported GPT-NeoX) directory as a tablefree checkpoint",
         description="Convert a LlamaForCausalLM directory (e.g. one written by `tablefree export`) into a "
-        "tablefree checkpoint. The fixed-code interface recorded at export is restored when the embedding "
-        "table matches it exactly; otherwise the table becomes a learned interface. "
+        "tablefree checkpoint. The interface recorded at export is restored when the embedding table is "
+        "exactly its table; otherwise the table becomes a learned interface (with a warning). config.json is "
+        "checked against the weights' headers before anything is loaded. "
         "Python API: tablefree.export.import_hf(hf_dir, out_checkpoint).",
     )
     importer.add_argument("hf_dir", metavar="DIR", help="transformers model directory")
@@ -47,17 +51,29 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "generate",
         help="generate text from a checkpoint (KV cache, streamed)",
         description="Continue a prompt with a KV cache, streaming the text to the terminal. Temperature 0 is "
-        "greedy. Python API: tablefree.generate.generate(model, tokenizer, prompt, max_new_tokens, "
-        "temperature, top_k, top_p, seed).",
+        "greedy decoding (top-k and top-p then change nothing). Python API: tablefree.generate.generate(model, "
+        "tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, seed).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     gen.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
-    gen.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
-    gen.add_argument("--temperature", type=float, default=1.0, help="0 for greedy decoding (default 1.0)")
-    gen.add_argument("--top-k", type=int, default=None)
-    gen.add_argument("--top-p", type=float, default=None)
-    gen.add_argument("--seed", type=int, default=None, help="sampling seed (default: nondeterministic)")
-    gen.add_argument("--device", default="cpu")
+    gen.add_argument(
+        "--prompt", default="", help="text to continue; empty starts a new document (default: %(default)r)"
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most (>= 0)")
+    gen.add_argument(
+        "--temperature", type=float, default=1.0, help="softmax temperature (>= 0); 0 is greedy decoding"
+    )
+    gen.add_argument(
+        "--top-k", type=int, default=None, help="sample from the k likeliest tokens (>= 1); none: all"
+    )
+    gen.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="sample from the nucleus of this probability, in (0, 1]; none: all",
+    )
+    gen.add_argument("--seed", type=int, default=None, help="sampling seed; none: nondeterministic")
+    gen.add_argument("--device", default="cpu", help="torch device, or auto for cuda when available")
     gen.add_argument("--no-echo", action="store_true", help="do not print the prompt before the continuation")
     gen.set_defaults(func=run_generate)
 
@@ -90,9 +106,17 @@ def add_lm_eval_tasks(subparsers: argparse._SubParsersAction) -> None:
         "--eval-data", default=None, help="eval data dir (default: $TABLEFREE_EVAL_DATA, cache)"
     )
     tasks.add_argument(
-        "--tasks", default=None, help="comma-separated tablefree task names (default: all ten)"
+        "--tasks",
+        default=None,
+        help="comma-separated task names, as `tablefree eval --tasks` takes them (default: all ten)",
     )
-    tasks.add_argument("--limit", type=int, default=None, help="first N records of each task")
+    tasks.add_argument(
+        "--limit",
+        type=limit_arg,
+        default=None,
+        metavar="N",
+        help="first N >= 1 records of each task (default: all)",
+    )
     tasks.add_argument(
         "--prefix", default="tablefree_", help="lm-eval task name prefix (default: tablefree_)"
     )
@@ -112,17 +136,13 @@ def _adapter():
 
 def run_lm_eval_tasks(args: argparse.Namespace) -> int:
     names = _adapter().write_local_tasks(
-        args.out_dir,
-        args.eval_data,
-        args.tasks.split(",") if args.tasks else None,
-        limit=args.limit,
-        prefix=args.prefix,
+        args.out_dir, args.eval_data, args.tasks, limit=args.limit, prefix=args.prefix
     )
     for ours, theirs in names.items():
         print(f"{ours:>14} -> {theirs}")
     print(
         f"run: tablefree lm-eval --model tablefree --model_args checkpoint=CHECKPOINT "
-        f"--include_path {args.out_dir} --tasks {','.join(names.values())}"
+        f"--include_path {Path(args.out_dir).resolve()} --tasks {','.join(names.values())}"
     )
     return 0
 
@@ -142,10 +162,17 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    import sys
+    import warnings
+
     from tablefree.checkpoint import read_model_config
     from tablefree.export import import_hf
 
-    out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
+    for warning in caught:  # e.g. a recorded interface whose table was changed: imported as learned
+        print(f"tablefree import-hf: warning: {warning.message}", file=sys.stderr)
     interface = read_model_config(out).interface
     print(f"imported {args.hf_dir} -> {out} (interface: {interface.name})")
     return 0
@@ -154,8 +181,9 @@ def run_import(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     from tablefree.checkpoint import TOKENIZER_FILE, load_model
     from tablefree.data.tokenizer import load_tokenizer
-    from tablefree.generate import generate, print_stream
+    from tablefree.generate import check_sampling, generate, print_stream
 
+    check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
     model, directory = load_model(args.checkpoint, device=args.device)
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.exists():
@@ -163,18 +191,20 @@ def run_generate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(tokenizer_path)
     if not args.no_echo:
         print_stream(args.prompt)
-    generate(
-        model,
-        tokenizer,
-        args.prompt,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        stream=print_stream,
-    )
-    print()
+    try:
+        generate(
+            model,
+            tokenizer,
+            args.prompt,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            stream=print_stream,
+        )
+    finally:
+        print()  # end the streamed line, also before an error message
     return 0
 
 

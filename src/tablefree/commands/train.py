@@ -60,12 +60,20 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         import yaml
 
-        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        from tablefree.params import param_breakdown
+
         try:
             vocab = read_manifest(config.data.dir)["vocab_size"]
         except FileNotFoundError:  # not prepared yet: show the plan with the preset's vocabulary
             vocab = None
-        print(f"# plan (one process): {plan(config, config.model.build(vocab))}")
+        model_config = config.model.build(vocab)
+        # Validate all of it before printing anything: building the model on the meta device checks the
+        # interface and its options exactly as training would, at no cost.
+        parameters = param_breakdown(model_config).total_trainable
+        run_plan = plan(config, model_config)
+        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        print(f"# plan (one process): {run_plan}")
+        print(f"# trainable parameters: {parameters:,} (vocabulary {model_config.vocab_size:,})")
         print(f"# run dir: {run_dir}")
         return 0
     summary = train(config, run_dir, resume=args.resume)

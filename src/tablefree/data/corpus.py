@@ -8,14 +8,18 @@ A corpus is one or more paths; directories are read recursively in sorted order.
 
 ``.txt`` and ``.jsonl`` may also be compressed: ``.txt.gz``, ``.jsonl.zst`` and so on.
 
-Encodings are detected per file: UTF-8 (with or without a byte-order mark; UTF-16 with a BOM also), otherwise
-the file is decoded as Windows-1252, or as ISO-8859-1 (Latin-1) when it holds bytes that CP1252 leaves
+Encodings are detected per file: UTF-8 (with or without a byte-order mark), also when a few bytes are not
+UTF-8 (fewer than its valid non-ASCII characters: those bytes are dropped and reported by line); UTF-16 after a
+UTF-16 byte-order mark, only when the whole file decodes as UTF-16 and holds the NUL bytes UTF-16 text has;
+otherwise the file is decoded as Windows-1252, or as ISO-8859-1 (Latin-1) when it holds bytes that CP1252 leaves
 undefined. The two agree on every byte outside 0x80–0x9F, so a file without such bytes is reported as
-``latin-1``. Files that needed a fallback are counted in the summary.
+``latin-1``. Files that needed a fallback are counted in the summary. NUL and other control characters (C0 but
+tab, newline, VT, form feed and CR; DEL; C1) and lone surrogates are dropped from the text and counted per file.
 
 Junk is counted and named, never silently dropped: binary files, empty files and documents, unreadable
 (corrupt) compressed files, invalid JSON lines, records without the text field (or with a non-string one),
-and files of unsupported types. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
+files of unsupported types, bytes that are not UTF-8, control characters, JSON nested too deeply or with
+integers over Python's 4,300-digit limit. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
 names the file and line. Blank lines in JSONL files are not junk.
 
 Use :class:`Corpus`: ``scan()`` makes one pass (sha256 of every file, encodings, document counts, junk) and
@@ -36,7 +40,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import zstandard
 from tqdm import tqdm
 
 READ_BLOCK = 1 << 20
@@ -132,7 +135,11 @@ class CorpusSummary:
         return "\n".join(lines)
 
 
-class JunkError(ValueError):
+class CorpusError(ValueError):
+    """A corpus that cannot be read as asked; the message names the file (and line where there is one)."""
+
+
+class JunkError(CorpusError):
     """Raised in strict mode; the message names the file and line."""
 
 
@@ -183,56 +190,265 @@ def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
     if source.compression == "gz":
         return gzip.open(source.path, "rb")
     if source.compression == "zst":
-        raw = open(source.path, "rb")  # noqa: SIM115 - closed by the reader (closefd)
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True, read_across_frames=True)
-        return io.BufferedReader(reader, READ_BLOCK)
+        zstandard = _zstandard(source)
+        raw = open(source.path, "rb")  # noqa: SIM115 - closed with the stream
+        return io.BufferedReader(_ZstdStream(raw, zstandard), READ_BLOCK)
     return open(source.path, "rb")
 
 
-_DECOMPRESSION_ERRORS = (OSError, EOFError, zlib.error, zstandard.ZstdError)
+class _ZstdStream(io.RawIOBase):
+    """Decompressed bytes of a zstd file of one or more frames. Unlike zstandard's stream reader, which
+    returns a truncated file's partial data as if it were whole, it raises an OSError when the file ends
+    inside a frame."""
+
+    def __init__(self, raw: io.BufferedIOBase, zstandard) -> None:
+        self.raw, self.zstandard = raw, zstandard
+        self.frame = None  # the decompressor of the frame being read
+        self.pending, self.leftover = b"", b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self.pending:
+            chunk, self.leftover = self.leftover or self.raw.read(READ_BLOCK), b""
+            if not chunk:
+                if self.frame is not None:
+                    raise OSError("truncated zstd data: the file ends inside a frame")
+                return 0
+            if self.frame is None:
+                self.frame = self.zstandard.ZstdDecompressor().decompressobj()
+            self.pending = self.frame.decompress(chunk)
+            if self.frame.eof:
+                self.leftover, self.frame = self.frame.unused_data, None
+        size = min(len(buffer), len(self.pending))
+        buffer[:size] = self.pending[:size]
+        self.pending = self.pending[size:]
+        return size
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _zstandard(source: SourceFile):
+    """The optional ``zstandard`` module, imported only when a .zst file is read (it is not in every image)."""
+    try:
+        import zstandard
+    except ImportError as error:
+        raise CorpusError(
+            f"{source.rel}: reading .zst files needs the zstandard package (pip install zstandard)"
+        ) from error
+    return zstandard
+
+
+def _decompression_errors() -> tuple[type[BaseException], ...]:
+    """What a corrupt compressed stream raises (zstandard's error only when zstandard is installed)."""
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
+    try:
+        import zstandard
+    except ImportError:
+        return errors
+    return (*errors, zstandard.ZstdError)
+
+
+# What reading drops from text, and counts: bytes that are not UTF-8 in a UTF-8 file (decoded with
+# surrogateescape, they become U+DC80-U+DCFF), control characters (C0 but tab, LF, VT, FF, CR; DEL; C1) and lone
+# surrogates (a JSON string may spell one with an escape; no encoder accepts them).
+_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
+_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+# _CONTROL in UTF-8, as two searches: one character class scans far faster than an alternation
+_C0_BYTES = re.compile(b"[\x00-\x08\x0e-\x1f\x7f]")
+_C1_UTF8 = re.compile(b"\xc2[\x80-\x9f]")
+MAX_LINE_REPORTS = 10  # per file and kind; the rest are summed up in one more item
+
+
+@dataclass
+class _Sniffed:
+    """What one streaming pass over a file's bytes found."""
+
+    invalid: int = 0  # bytes that are not UTF-8
+    multibyte: int = 0  # non-ASCII characters that are valid UTF-8
+    nul: bool = False
+    has_text: bool = False
+    c1: bool = False
+    undefined: bool = False
+    utf16: bool = False  # the whole file decodes as UTF-16 (after a UTF-16 byte-order mark)
 
 
 def sniff_stream(source: SourceFile) -> tuple[str, Junk | None]:
-    """Stream a file once: its encoding, or ("junk", why) for a binary or empty file. Memory stays O(block)."""
+    """Stream a file once: its encoding, or ("junk", why) for a binary or empty file. Memory stays O(block).
+
+    UTF-8 when every byte is UTF-8, and also when the bytes that are not are fewer than the valid non-ASCII
+    characters (a UTF-8 file with a few damaged bytes: they are dropped and reported by line when read).
+    UTF-16 only after a UTF-16 byte-order mark, when the whole file decodes as UTF-16 and holds the NUL bytes
+    UTF-16 text always has (FF FE followed by UTF-8 is UTF-8 with two bad bytes). Otherwise Windows-1252, or Latin-1
+    when a byte that Windows-1252 leaves undefined occurs."""
     with open_decompressed(source) as stream:
         head = stream.read(SNIFF_BYTES)
         if looks_binary(head):
-            return "junk", Junk(source.rel, None, "binary", "holds NUL or control bytes")
-        if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-            return "utf-16", None
-        bom = head.startswith(codecs.BOM_UTF8)
-        decoder = codecs.getincrementaldecoder("utf-8")()
-        utf8, has_text, c1, undefined = True, False, False, False
-        block = head[len(codecs.BOM_UTF8) :] if bom else head
+            return "junk", Junk(source.rel, None, "binary", "mostly NUL or control bytes: not text")
+        bom16 = head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        bom8 = head.startswith(codecs.BOM_UTF8)
+        found = _Sniffed(utf16=bom16)
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+        utf16 = codecs.getincrementaldecoder("utf-16")() if bom16 else None
+        block = head[len(codecs.BOM_UTF8) :] if bom8 else head
         while block:
-            has_text = has_text or bool(block.strip())
-            if utf8:
+            found.has_text = found.has_text or bool(block.strip())
+            _count_utf8(utf8.decode(block), found)
+            if found.utf16:
                 try:
-                    decoder.decode(block)
+                    utf16.decode(block)
                 except UnicodeDecodeError:
-                    utf8 = False
-            c1 = c1 or bool(_C1_BYTES.search(block))
-            undefined = undefined or bool(_CP1252_UNDEFINED.search(block))
+                    found.utf16 = False
+            found.nul = found.nul or b"\x00" in block
+            found.c1 = found.c1 or bool(_C1_BYTES.search(block))
+            found.undefined = found.undefined or bool(_CP1252_UNDEFINED.search(block))
             block = stream.read(READ_BLOCK)
-        if utf8:
+        _count_utf8(utf8.decode(b"", final=True), found)
+        if found.utf16:
             try:
-                decoder.decode(b"", final=True)
+                utf16.decode(b"", final=True)
             except UnicodeDecodeError:
-                utf8 = False
-    if not has_text:
+                found.utf16 = False
+    if not found.has_text:
         return "junk", Junk(source.rel, None, "empty", "no text")
-    if utf8:
-        return ("utf-8-sig" if bom else "utf-8"), None
-    return ("cp1252" if c1 and not undefined else "latin-1"), None
+    encoding = _choose_encoding(found, bom8, bom16)
+    if encoding in ("cp1252", "latin-1") and found.multibyte:
+        return encoding, Junk(
+            source.rel,
+            None,
+            "mixed-encoding",
+            f"{found.invalid} bytes are not UTF-8, so the file is read as {encoding}; its {found.multibyte} "
+            "UTF-8 characters come out as two to four characters each",
+        )
+    return encoding, None
+
+
+def _count_utf8(text: str, found: _Sniffed) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")  # fails exactly when surrogateescape kept a byte that is not UTF-8
+        invalid = 0
+    except UnicodeEncodeError:
+        invalid = sum(len(run) for run in _ESCAPED_BYTES.findall(text))
+    found.invalid += invalid
+    found.multibyte += len(text) - len(text.encode("ascii", "ignore")) - invalid
+
+
+def _choose_encoding(found: _Sniffed, bom8: bool, bom16: bool) -> str:
+    invalid = found.invalid - (2 if bom16 else 0)  # the two bytes of a UTF-16 mark are never UTF-8
+    # Real UTF-16 text has NUL bytes (every newline, space and ASCII character has one); FF FE before 8-bit
+    # text without them may still decode as UTF-16, as gibberish.
+    if bom16 and found.utf16 and found.nul:
+        return "utf-16"
+    if invalid == 0 or found.multibyte >= invalid:
+        return "utf-8-sig" if bom8 else "utf-8"
+    return "cp1252" if found.c1 and not found.undefined else "latin-1"
+
+
+def decode_bytes(data: bytes, encoding: str) -> str:
+    """Decode with an encoding chosen by :func:`sniff_stream`: UTF-8 keeps bytes that are not UTF-8 as
+    U+DC80-U+DCFF (surrogateescape) for :func:`drop_bad_characters` to drop and report."""
+    if encoding in ("utf-8", "utf-8-sig"):
+        if encoding == "utf-8-sig" and data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8) :]
+        return data.decode("utf-8", errors="surrogateescape")
+    return data.decode(encoding)
+
+
+class _BadCharacters:
+    """Counts what :func:`drop_bad_characters` dropped in one file, and turns it into junk items: bytes
+    that are not UTF-8 per line (the first MAX_LINE_REPORTS lines, then a sum), control characters and lone
+    surrogates per file."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.byte_lines: list[Junk] = []
+        self.more_byte_lines = self.more_bytes = 0
+        self.control = self.surrogates = 0
+        self.control_lines: list[int] = []
+
+    def drop(self, text: str, first_line: int | None, decoded: bool = True) -> tuple[str, list[Junk]]:
+        """``text`` without the bad characters; junk items for its bytes that were not UTF-8 (line numbers
+        from ``first_line``). ``decoded``: ``text`` comes from bytes decoded with surrogateescape (False for a
+        JSON string, whose U+DC80-U+DCFF can only be escapes). The common case, clean text, costs one UTF-8
+        encode and one bytes search (a str regex over non-ASCII text is several times slower)."""
+        items = []
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # surrogates: bytes kept by surrogateescape, or lone ones from JSON
+            if decoded and _ESCAPED_BYTES.search(text):
+                items = self._drop_bytes(text, first_line)
+                text = _ESCAPED_BYTES.sub("", text)
+            text, count = _SURROGATES.subn("", text)
+            self.surrogates += count
+            data = text.encode("utf-8")
+        if _C0_BYTES.search(data) or (b"\xc2" in data and _C1_UTF8.search(data)):
+            control = _CONTROL.search(text)
+            if len(self.control_lines) < 3 and first_line is not None:
+                self.control_lines.append(first_line + text.count("\n", 0, control.start()))
+            text, count = _CONTROL.subn("", text)
+            self.control += count
+        return text, items
+
+    def _drop_bytes(self, text: str, first_line: int | None) -> list[Junk]:
+        by_line: dict[int | None, bytearray] = {}
+        for match in _ESCAPED_BYTES.finditer(text):
+            line = None if first_line is None else first_line + text.count("\n", 0, match.start())
+            by_line.setdefault(line, bytearray()).extend(ord(c) - 0xDC00 for c in match.group())
+        items = []
+        for line, raw in by_line.items():
+            if len(self.byte_lines) < MAX_LINE_REPORTS:
+                detail = f"{len(raw)} byte(s) not UTF-8 dropped: {_hex(raw)}"
+                junk = Junk(self.file, line, "invalid-utf8", detail)
+                self.byte_lines.append(junk)
+                items.append(junk)
+            else:
+                self.more_byte_lines += 1
+                self.more_bytes += len(raw)
+        return items
+
+    def summary(self) -> list[Junk]:
+        """The items that sum up the file (call once, after its last document)."""
+        items = []
+        if self.more_byte_lines:
+            items.append(
+                Junk(
+                    self.file,
+                    None,
+                    "invalid-utf8",
+                    f"{self.more_bytes} more byte(s) not UTF-8 dropped on {self.more_byte_lines} more lines",
+                )
+            )
+        if self.control:
+            lines = (
+                f" (first on line {', '.join(map(str, self.control_lines))})" if self.control_lines else ""
+            )
+            items.append(
+                Junk(
+                    self.file, None, "control-chars", f"{self.control} NUL/control characters dropped{lines}"
+                )
+            )
+        if self.surrogates:
+            items.append(
+                Junk(
+                    self.file, None, "invalid-unicode", f"{self.surrogates} lone surrogate characters dropped"
+                )
+            )
+        return items
 
 
 def looks_binary(head: bytes) -> bool:
-    """True when the first bytes of a file are not text (NUL or other control bytes)."""
+    """True when the first bytes of a file are not text: more than 5% NUL or other control bytes (a few are
+    dropped and counted when the text is read). A UTF-16 byte-order mark exempts the NULs of UTF-16."""
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return False
-    if b"\x00" in head:
-        return True
-    return len(_BINARY_BYTES.findall(head)) > 0.05 * max(1, len(head))
+    controls = len(_BINARY_BYTES.findall(head))
+    return controls > 0.05 * max(1, len(head))
 
 
 # Project Gutenberg boilerplate: the text starts after the START line (or the old "small print" end) and ends
@@ -278,6 +494,8 @@ class Corpus:
         self.sources, unsupported = list_sources(self.paths)
         self.summary: CorpusSummary | None = None
         self._encodings: dict[str, str | None] = {}
+        # characters of each valid document, in order (filled by scan(); the validation plan needs them)
+        self.document_chars: list[int] = []
         self._pending_junk = unsupported
         for junk in unsupported:
             self._junk(junk, None)
@@ -287,6 +505,7 @@ class Corpus:
     def scan(self, progress: bool = False) -> CorpusSummary:
         """One pass over every file: sha256, size, encoding, valid document count and junk."""
         summary = CorpusSummary(junk=list(self._pending_junk))
+        self.document_chars = []
         for source in tqdm(self.sources, desc="scanning", unit="file", disable=not progress):
             info = FileInfo(source.rel, sha256_file(source.path), source.path.stat().st_size, None, 0)
             info.encoding = self._file_encoding(source, summary.junk)
@@ -296,6 +515,7 @@ class Corpus:
                         self._junk(item, summary.junk)
                     else:
                         info.documents += 1
+                        self.document_chars.append(len(item))
             else:
                 info.encoding = None
             summary.files.append(info)
@@ -303,12 +523,6 @@ class Corpus:
             raise ValueError(f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}")
         self.summary = summary
         return summary
-
-    @property
-    def num_documents(self) -> int:
-        if self.summary is None:
-            raise RuntimeError("Corpus.scan() must run first")
-        return self.summary.documents
 
     def file_document_ranges(self) -> list[tuple[int, int]]:
         """[first, end) global document indices of each source file (after ``scan()``)."""
@@ -362,7 +576,7 @@ class Corpus:
             try:
                 import pyarrow.parquet as pq
 
-                pq.ParquetFile(source.path).schema_arrow  # noqa: B018 - reads and checks the footer
+                pq.ParquetFile(source.path, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
             except Exception as error:
                 self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
                 encoding = "junk"
@@ -370,7 +584,7 @@ class Corpus:
             return encoding
         try:
             encoding, problem = sniff_stream(source)
-        except _DECOMPRESSION_ERRORS as error:
+        except _decompression_errors() as error:
             encoding, problem = (
                 "junk",
                 Junk(source.rel, None, "unreadable", f"corrupt {source.compression} data ({error})"),
@@ -396,32 +610,49 @@ class Corpus:
         return strip_gutenberg(text) if self.gutenberg else text
 
     def _txt_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
-        text = self._clean(self._read_all(source).decode(encoding))
+        bad = _BadCharacters(source.rel)
+        text, items = bad.drop(decode_bytes(self._read_all(source), encoding), 1)
+        yield from items
+        yield from bad.summary()
+        text = self._clean(text)
         if text.strip():
             yield text
         else:
-            yield Junk(source.rel, None, "empty", "no text after removing boilerplate")
+            yield Junk(source.rel, None, "empty", "no text after removing boilerplate and bad characters")
 
     def _jsonl_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
-        with io.TextIOWrapper(open_decompressed(source), encoding=encoding, newline="\n") as lines:
+        bad = _BadCharacters(source.rel)
+        errors = "surrogateescape" if encoding.startswith("utf-8") else "strict"
+        with io.TextIOWrapper(
+            open_decompressed(source), encoding=encoding, errors=errors, newline="\n"
+        ) as lines:
             for line_no, line in enumerate(lines, start=1):
+                line, items = bad.drop(line, line_no)
+                yield from items
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
-                except ValueError as error:
-                    yield Junk(source.rel, line_no, "invalid-json", str(error))
+                except RecursionError:
+                    yield Junk(source.rel, line_no, "invalid-json", "nested too deeply")
                     continue
-                yield self._record_text(record, source.rel, line_no)
+                except ValueError as error:  # also integers over Python's 4,300-digit limit
+                    yield Junk(source.rel, line_no, "invalid-json", _short(str(error)))
+                    continue
+                yield self._record_text(record, source.rel, line_no, bad)
+        yield from bad.summary()
 
-    def _record_text(self, record: object, file: str, line: int) -> str | Junk:
+    def _record_text(self, record: object, file: str, line: int | None, bad: _BadCharacters) -> str | Junk:
         if not isinstance(record, dict) or self.text_field not in record:
             return Junk(file, line, "missing-field", f"no field {self.text_field!r}")
         text = record[self.text_field]
+        if text is None:
+            return Junk(file, line, "missing-field", f"field {self.text_field!r} is null")
         if not isinstance(text, str):
             return Junk(
                 file, line, "bad-field", f"field {self.text_field!r} is {type(text).__name__}, not a string"
             )
+        text, _ = bad.drop(text, None, decoded=False)  # a JSON string holds escaped characters, not bytes
         text = self._clean(text)
         if not text.strip():
             return Junk(file, line, "empty", f"field {self.text_field!r} holds no text")
@@ -430,18 +661,37 @@ class Corpus:
     def _parquet_documents(self, source: SourceFile) -> Iterator[str | Junk]:
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(source.path)
-        if self.text_field not in parquet.schema_arrow.names:
-            yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
-            return
+        bad = _BadCharacters(source.rel)
         row = 0
-        for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
-            for value in batch.column(0).to_pylist():
-                row += 1
-                if value is None:
-                    yield Junk(source.rel, row, "missing-field", f"column {self.text_field!r} is null")
-                elif not isinstance(value, str):
-                    yield Junk(source.rel, row, "bad-field", f"column {self.text_field!r} is not a string")
-                else:
-                    text = self._clean(value)
-                    yield text if text.strip() else Junk(source.rel, row, "empty", "no text")
+        try:
+            parquet = pq.ParquetFile(source.path, page_checksum_verification=True)
+            if self.text_field not in parquet.schema_arrow.names:
+                yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
+                return
+            for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
+                for value in batch.column(0).to_pylist():
+                    row += 1
+                    yield self._record_text({self.text_field: value}, source.rel, row, bad)
+            if row != parquet.metadata.num_rows:  # a damaged page header can shorten a column silently
+                yield Junk(
+                    source.rel,
+                    None,
+                    "unreadable",
+                    f"read {row} rows, the file's metadata says {parquet.metadata.num_rows}: damaged pages",
+                )
+        except Exception as error:  # pyarrow raises its own errors (ArrowInvalid, OSError) for corrupt data
+            yield Junk(
+                source.rel,
+                row + 1,
+                "unreadable",
+                f"corrupt parquet data after row {row} ({_short(str(error))})",
+            )
+        yield from bad.summary()
+
+
+def _hex(raw: bytes, limit: int = 16) -> str:
+    return raw[:limit].hex(" ") + (" …" if len(raw) > limit else "")
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[:limit] + "…"

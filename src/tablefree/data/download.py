@@ -19,9 +19,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tablefree.evaluate.tasks import TASKS, parse_task_names
 from tablefree.fileio import write_bytes_atomic
-
-_HF = "https://huggingface.co/datasets"
 
 
 @dataclass(frozen=True)
@@ -33,82 +32,11 @@ class EvalFile:
     parquet: bool = False  # the URL serves parquet, converted to JSONL here
 
 
-EVAL_FILES = (
-    EvalFile(
-        "hellaswag",
-        "hellaswag_val.jsonl",
-        "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl",
-        "dc1be2fa1bef56aab8e92a5be597a617e363b09239fa66822939d7fb7a8da4ec",
-    ),
-    EvalFile(
-        "piqa",
-        "piqa/valid.jsonl",
-        "https://yonatanbisk.com/piqa/data/valid.jsonl",
-        "93503cc97c679e459b065c3d13e848282e44b2a25213985bed3e5d458abef72d",
-    ),
-    EvalFile(
-        "piqa",
-        "piqa/valid-labels.lst",
-        "https://yonatanbisk.com/piqa/data/valid-labels.lst",
-        "b4192dc3a2a0363d9d60ccf79800cbbe2f32ebb17726efdde6970e0b8131bceb",
-    ),
-    EvalFile(
-        "lambada_openai",
-        "lambada_test.jsonl",
-        "https://openaipublic.blob.core.windows.net/gpt-2/data/lambada_test.jsonl",
-        "4aa8d02cd17c719165fc8a7887fddd641f43fcafa4b1c806ca8abc31fabdb226",
-    ),
-    EvalFile(
-        "arc_easy",
-        "extra/arc_easy_validation.jsonl",
-        f"{_HF}/allenai/ai2_arc/resolve/210d026faf9955653af8916fad021475a3f00453/ARC-Easy/validation-00000-of-00001.parquet",
-        "b35645919a17e969df8cd9c3af371a6edb5cd7f92ba04d8c65ee24ddab5a7a60",
-        parquet=True,
-    ),
-    EvalFile(
-        "arc_challenge",
-        "extra/arc_challenge_validation.jsonl",
-        f"{_HF}/allenai/ai2_arc/resolve/210d026faf9955653af8916fad021475a3f00453/ARC-Challenge/validation-00000-of-00001.parquet",
-        "91042aabebf8aa801b045b025ddb420ccf66bb079c6a95f30c35cfd7962590cb",
-        parquet=True,
-    ),
-    EvalFile(
-        "winogrande",
-        "extra/winogrande_xl_validation.jsonl",
-        f"{_HF}/allenai/winogrande/resolve/01e74176c63542e6b0bcb004dcdea22d94fb67b5/winogrande_xl/validation-00000-of-00001.parquet",
-        "34f0a22749f3986249b0629ff05ae298ebb2b14f93ac8499aa673626548626c7",
-        parquet=True,
-    ),
-    EvalFile(
-        "openbookqa",
-        "extra/openbookqa_validation.jsonl",
-        f"{_HF}/allenai/openbookqa/resolve/388097ea7776314e93a529163e0fea805b8a6454/main/validation-00000-of-00001.parquet",
-        "90adcc55f4724ec367585978363aa451628d18093b6c827b2fd295128cd61e87",
-        parquet=True,
-    ),
-    EvalFile(
-        "sciq",
-        "extra/sciq_validation.jsonl",
-        f"{_HF}/allenai/sciq/resolve/2c94ad3e1aafab77146f384e23536f97a4849815/data/validation-00000-of-00001.parquet",
-        "b0775c6e2e0547aa670400d59d2ffdeaa8c1e8f7e099ee35cd39b33daeefdb42",
-        parquet=True,
-    ),
-    EvalFile(
-        "boolq",
-        "extra/boolq_validation.jsonl",
-        f"{_HF}/google/boolq/resolve/35b264d03638db9f4ce671b711558bf7ff0f80d5/data/validation-00000-of-00001.parquet",
-        "0ad1d6a17b5524d7f8eeea3bcb9a823556785a890f26e3d88bef40245bedc5f2",
-        parquet=True,
-    ),
-    EvalFile(
-        "copa",
-        "extra/copa_validation.jsonl",
-        f"{_HF}/aps/super_glue/resolve/5234c61e804e85e5994b14b002fa9ec34487bcfb/copa/validation-00000-of-00001.parquet",
-        "fbec30f4988f13714e8f51752cdcf1294ac237d4fb948353b7a55c5d0c0ee077",
-        parquet=True,
-    ),
+# Derived from the task records (tablefree.evaluate.tasks.TASKS), which hold each file's path, URL and sha256.
+EVAL_FILES = tuple(
+    EvalFile(task.name, f.path, f.url, f.sha256, f.parquet) for task in TASKS.values() for f in task.data
 )
-EVAL_TASKS = tuple(dict.fromkeys(f.task for f in EVAL_FILES))
+EVAL_TASKS = tuple(TASKS)
 
 
 def download_evals(
@@ -121,11 +49,10 @@ def download_evals(
     timeout: float = 60.0,
 ) -> list[Path]:
     """Download (and verify) the evaluation files of ``tasks`` (default: all) into ``out_dir``; return their
-    paths. Files already present with the right sha256 are kept unless ``force``. ``base_url``: a mirror of the
-    directory layout. ``urls``: per-file overrides, keyed by relative path."""
-    unknown = sorted(set(tasks or ()) - set(EVAL_TASKS))
-    if unknown:
-        raise ValueError(f"unknown evaluation task(s) {unknown}; known: {', '.join(EVAL_TASKS)}")
+    paths. ``tasks``: names as ``tablefree eval --tasks`` takes them (a comma list or a list; aliases such as
+    ``lambada_openai`` accepted). Files already present with the right sha256 are kept unless ``force``.
+    ``base_url``: a mirror of the directory layout. ``urls``: per-file overrides, keyed by relative path."""
+    tasks = parse_task_names(tasks) if tasks else None
     out_dir = Path(out_dir)
     done = []
     for entry in EVAL_FILES:

@@ -14,34 +14,250 @@ seen: ``state_dict()`` / ``load_state_dict()``.
 
 from __future__ import annotations
 
-import json
+import itertools
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tablefree.data.shards import open_shard
+from tablefree.data.shards import open_shard, read_header
+from tablefree.fileio import read_json
 
 MANIFEST = "manifest.json"
 
 
 def read_manifest(data_dir: str | Path) -> dict:
-    """The dataset manifest; its presence marks a completely prepared dataset."""
-    path = Path(data_dir) / MANIFEST
+    """The dataset manifest; its presence marks a completely prepared dataset. A missing, malformed or
+    incomplete manifest is a ValueError (FileNotFoundError when missing) naming the file, line or field."""
+    data_dir = Path(data_dir)
+    path = data_dir / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found: {data_dir} is not a prepared dataset (run `tablefree data prepare CORPUS --out {data_dir}`)"
+        raise FileNotFoundError(f"{path} not found: {_not_prepared_hint(data_dir)}")
+    manifest = read_json(path)
+    _check_manifest(manifest, path)
+    return manifest
+
+
+def _not_prepared_hint(data_dir: Path) -> str:
+    """Why ``data_dir`` is no dataset, and the command that makes one (never into the corpus itself)."""
+    if data_dir.is_dir() and _holds_corpus_files(data_dir):
+        out = Path("data") / data_dir.name  # beside the run's other data, never inside someone's corpus
+        if out.resolve() == data_dir.resolve():
+            out = Path("data") / f"{data_dir.name}-prepared"
+        return (
+            f"{data_dir} holds raw corpus files, not a prepared dataset; prepare it into a directory of its "
+            f"own (`tablefree data prepare {data_dir} --out {out}`) and point data.dir at {out}"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    return (
+        f"{data_dir} is not a prepared dataset (run `tablefree data prepare CORPUS --out {data_dir}`, "
+        "where CORPUS is your text files)"
+    )
+
+
+def _holds_corpus_files(directory: Path, limit: int = 1000) -> bool:
+    suffixes = {".txt", ".jsonl", ".ndjson", ".parquet", ".gz", ".zst", ".zstd"}
+    for i, path in enumerate(directory.rglob("*")):
+        if i >= limit:
+            return False
+        if path.is_file() and path.suffix.lower() in suffixes:
+            return True
+    return False
+
+
+def _check_manifest(manifest: object, path: Path) -> None:
+    """The fields every reader relies on, with their types; an error names the field."""
+
+    def fail(field: str, expected: str) -> None:
+        raise ValueError(
+            f"{path}: field {field!r} {expected}; re-run `tablefree data prepare` (or `data adopt`)"
+        )
+
+    if not isinstance(manifest, dict):
+        fail("(top level)", "must be a JSON object")
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        fail("splits", "must map split names to their shards")
+    for name, split in splits.items():
+        if not isinstance(split, dict) or not isinstance(split.get("shards"), list):
+            fail(f"splits.{name}.shards", "must be a list")
+        for i, shard in enumerate(split["shards"]):
+            where = f"splits.{name}.shards[{i}]"
+            if not isinstance(shard, dict):
+                fail(where, "must be an object")
+            file, tokens = shard.get("file"), shard.get("tokens")
+            if not isinstance(file, str) or not file or "/" in file or "\\" in file or file.startswith("."):
+                fail(f"{where}.file", "must be a shard file name in the dataset directory")
+            if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens < 2**40:
+                fail(f"{where}.tokens", "must be a token count")
+            if "sha256" in shard and not (isinstance(shard["sha256"], str) and len(shard["sha256"]) == 64):
+                fail(f"{where}.sha256", "must be a 64-digit hex string")
+        if "tokens" in split and split["tokens"] != sum(shard["tokens"] for shard in split["shards"]):
+            fail(
+                f"splits.{name}.tokens",
+                "must be the sum of its shards' tokens (a shard entry is missing or changed)",
+            )
+    for key in ("vocab_size", "eot_id"):
+        value = manifest.get(key)
+        if key in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            fail(key, "must be a non-negative integer")
+    if "tokenizer_hash" in manifest and not isinstance(manifest["tokenizer_hash"], str):
+        fail("tokenizer_hash", "must be a string")
+
+
+AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)
+
+
+@dataclass
+class DatasetCheck:
+    """What :func:`verify_dataset` checked and found."""
+
+    data_dir: Path
+    shards: int = 0
+    tokens: int = 0
+    bytes: int = 0
+    hashed: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def format(self) -> str:
+        what = "sizes, headers, sha256 and token ids" if self.hashed else "sizes and headers"
+        head = f"{self.data_dir}: {self.shards} shards, {self.tokens:,} tokens, {self.bytes / 1e6:.1f} MB; checked {what}"
+        if self.ok:
+            return f"{head}: ok"
+        return "\n".join([f"{head}: {len(self.problems)} problem(s)", *(f"  {p}" for p in self.problems)])
+
+
+def verify_dataset(data_dir: str | Path, hashes: bool | str = True) -> DatasetCheck:
+    """Check a prepared dataset against its manifest: every shard present, its header valid and its token
+    count the manifest's; with ``hashes`` also each shard's sha256, its token ids below ``vocab_size``, and
+    the tokenizer file's hash. ``hashes="auto"``: only when the shards total at most ``AUTO_HASH_BYTES``
+    (cheap enough before a long run). Problems are collected, not raised (a malformed manifest raises)."""
+    data_dir = Path(data_dir)
+    manifest = read_manifest(data_dir)
+    check = DatasetCheck(data_dir)
+    files = [(name, shard) for name, split in manifest["splits"].items() for shard in split["shards"]]
+    sizes = {}
+    for name, shard in files:
+        path = data_dir / shard["file"]
+        try:
+            _, count = read_header(path)
+        except (OSError, ValueError) as error:
+            check.problems.append(f"{name}: {error}")
+            continue
+        if count != shard["tokens"]:
+            check.problems.append(
+                f"{name}: {path} holds {count:,} tokens, the manifest says {shard['tokens']:,}"
+            )
+        sizes[path] = path.stat().st_size
+    check.shards, check.bytes = len(files), sum(sizes.values())
+    check.tokens = sum(shard["tokens"] for _, shard in files)
+    check.hashed = hashes is True or (hashes == "auto" and check.bytes <= AUTO_HASH_BYTES)
+    if check.hashed:
+        check.problems += _hash_problems(data_dir, manifest, files, sizes)
+    return check
+
+
+def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> list[str]:
+    from tablefree.data.corpus import sha256_file
+
+    problems = []
+    vocab = manifest.get("vocab_size")
+    for name, shard in files:
+        path = data_dir / shard["file"]
+        if path not in sizes:
+            continue  # already reported
+        if "sha256" in shard and sha256_file(path) != shard["sha256"]:
+            problems.append(f"{name}: {path} does not match the sha256 in the manifest (damaged or replaced)")
+        tokens = open_shard(path)
+        if vocab is not None and len(tokens) and int(tokens.max()) >= vocab:
+            problems.append(f"{name}: {path} holds token id {int(tokens.max())}, outside vocab_size {vocab}")
+    tokenizer_file = manifest.get("tokenizer_file")
+    if tokenizer_file and "tokenizer_hash" in manifest:
+        from tablefree.data.tokenizer import tokenizer_hash
+
+        path = data_dir / tokenizer_file
+        try:
+            if tokenizer_hash(path) != manifest["tokenizer_hash"]:
+                problems.append(f"tokenizer: {path} is not the tokenizer the manifest records")
+        except (OSError, ValueError) as error:
+            problems.append(f"tokenizer: {error}")
+    return problems
 
 
 def split_shards(data_dir: str | Path, split: str) -> list[Path]:
     """The shard files of one split, in order, as listed by the manifest."""
-    manifest = read_manifest(data_dir)
-    splits = manifest.get("splits", {})
+    return [
+        Path(data_dir) / shard["file"]
+        for shard in _split_info(read_manifest(data_dir), data_dir, split)["shards"]
+    ]
+
+
+def _split_info(manifest: dict, data_dir: str | Path, split: str) -> dict:
+    splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"{Path(data_dir) / MANIFEST}: no split {split!r}; it has {sorted(splits)}")
-    return [Path(data_dir) / shard["file"] for shard in splits[split]["shards"]]
+    return splits[split]
+
+
+def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
+    """Document boundaries of a split's token stream (its shards concatenated in order): an int64 array
+    ``b`` of N + 1 offsets, document j being tokens ``[b[j], b[j+1])`` (its first token is the EOT that
+    precedes it). For per-document validation losses: a target token at stream position p belongs to the
+    document j with ``b[j] <= p < b[j+1]``. Read from the manifest (``splits.val.document_starts``, recorded
+    by ``data prepare``); otherwise (train, adopted or older datasets) found as the EOT positions, which is
+    the same unless a document's text holds the literal end-of-text string."""
+    manifest = read_manifest(data_dir)
+    info = _split_info(manifest, data_dir, split)
+    total = sum(shard["tokens"] for shard in info["shards"])
+    starts = info.get("document_starts")
+    if starts is None:
+        if "eot_id" not in manifest:
+            raise ValueError(f"{Path(data_dir) / MANIFEST}: no eot_id, so documents cannot be found")
+        offsets, starts = 0, []
+        for path in split_shards(data_dir, split):
+            tokens = open_shard(path)
+            starts += (np.flatnonzero(tokens == manifest["eot_id"]) + offsets).tolist()
+            offsets += len(tokens)
+    if not isinstance(starts, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in starts
+    ):
+        raise ValueError(f"{Path(data_dir) / MANIFEST}: splits.{split}.document_starts must be token offsets")
+    bounds = np.asarray([*starts, total], dtype=np.int64)
+    if len(bounds) > 1 and (bounds[0] != 0 or np.any(np.diff(bounds) <= 0)):
+        raise ValueError(
+            f"{Path(data_dir) / MANIFEST}: document starts of {split!r} must begin at 0 and increase"
+        )
+    return bounds
+
+
+def validation_documents(data_dir: str | Path) -> list[dict]:
+    """The validation documents recorded by ``data prepare``: per document its ``start`` and ``tokens`` in
+    the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
+    ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
+    manifest = read_manifest(data_dir)
+    bounds = document_bounds(data_dir, "val")
+    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    record = manifest.get("validation")
+    if record is None:
+        return plain
+    items = record.get("items") if isinstance(record, dict) else None
+    if not (
+        isinstance(items, list)
+        and len(items) == len(plain)
+        and all(
+            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
+            for i, p in zip(items, plain, strict=False)
+        )
+    ):
+        raise ValueError(
+            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
+            "the start and tokens of splits.val.document_starts"
+        )
+    return items
 
 
 class TokenLoader:
@@ -77,7 +293,23 @@ class TokenLoader:
     def from_dir(
         cls, data_dir: str | Path, split: str, seq_len: int, batch_size: int, **kwargs
     ) -> TokenLoader:
-        return cls(split_shards(data_dir, split), seq_len, batch_size, **kwargs)
+        """The loader of a prepared dataset's split; each shard's size is checked against the manifest
+        (:func:`verify_dataset` checks the sha256 too)."""
+        manifest = read_manifest(data_dir)
+        shards = _split_info(manifest, data_dir, split)["shards"]
+        paths = [Path(data_dir) / shard["file"] for shard in shards]
+        for path, shard in zip(paths, shards, strict=True):
+            if not path.exists():
+                raise FileNotFoundError(
+                    f"{path}: shard listed in {Path(data_dir) / MANIFEST} is missing; prepare the dataset again"
+                )
+            _, count = read_header(path)
+            if count != shard["tokens"]:
+                raise ValueError(
+                    f"{path}: holds {count:,} tokens, {Path(data_dir) / MANIFEST} says {shard['tokens']:,}: "
+                    "the shard was replaced or the manifest edited; prepare the dataset again"
+                )
+        return cls(paths, seq_len, batch_size, **kwargs)
 
     def slots(self, micro_step: int) -> np.ndarray:
         """Global slot numbers used by this rank at ``micro_step``."""

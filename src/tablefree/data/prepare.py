@@ -32,7 +32,7 @@ import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
 from tablefree.data.loader import MANIFEST, read_manifest
-from tablefree.data.shards import version_for_vocab, write_shard
+from tablefree.data.shards import read_header, version_for_vocab, write_shard
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -52,7 +52,7 @@ from tablefree.data.tokenizer import (
     tokenizer_hash,
     train_tokenizer_from_texts,
 )
-from tablefree.fileio import write_json_atomic
+from tablefree.fileio import read_json, write_json_atomic
 
 MANIFEST_VERSION = 1
 STATE_FILE = ".prepare-state.json"
@@ -84,23 +84,199 @@ class HubSource:
 # -- the document stream -------------------------------------------------------------------------------------
 
 
-class LocalDocuments:
-    """Documents of local files, with exactly chosen validation documents."""
+# The validation split may take at most this share of the corpus text (or val_fraction, if larger).
+VAL_MAX_SHARE = 0.10
+DEFAULT_VAL_DOCUMENTS = 20  # enough documents for a document-level (cluster) bootstrap
+DEFAULT_VAL_SECTION_CHARS = 80_000  # about 20k tokens of English text with a byte-level BPE
+MIN_VAL_SECTION_CHARS = 2_000
 
-    def __init__(self, corpus: Corpus, summary: CorpusSummary, val_fraction: float, seed: int) -> None:
+
+@dataclass
+class ValidationPlan:
+    """Which text of a local corpus is held out for validation.
+
+    A document shorter than two sections goes to ``val`` whole (``whole``); a longer one gives ``sections``:
+    contiguous character ranges held out as validation documents of their own, the text around them staying in
+    ``train`` as separate documents. Every range is planned before any text is read again; when the text is
+    read, each end moves forward to the next line start (at most ``snap`` characters on), so a section starts
+    and ends at a line boundary, and the pieces around it are never empty."""
+
+    whole: set[int] = field(default_factory=set)
+    sections: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    section_chars: int = 0
+    snap: int = 0
+
+    @property
+    def units(self) -> int:
+        return len(self.whole) + sum(len(r) for r in self.sections.values())
+
+    @property
+    def sources(self) -> int:
+        return len(self.whole) + len(self.sections)
+
+    def pieces(self, doc: int) -> int:
+        """How many documents of the stream source document ``doc`` becomes."""
+        return 1 + 2 * len(self.sections.get(doc, ()))
+
+
+def plan_validation(
+    lengths: Sequence[int],
+    val_fraction: float,
+    min_documents: int = DEFAULT_VAL_DOCUMENTS,
+    section_chars: int = DEFAULT_VAL_SECTION_CHARS,
+    seed: int = 0,
+) -> ValidationPlan:
+    """Plan the validation split of documents of ``lengths`` characters (see :class:`ValidationPlan`).
+
+    The split gets ``max(min_documents, round(val_fraction · N))`` validation documents when the corpus
+    allows, within ``max(val_fraction, VAL_MAX_SHARE)`` of its text: documents are visited in a seeded random
+    order, long documents first, one unit per source document (so the units come from different sources),
+    then, only if more are needed, further sections of the long documents. A section is ``section_chars`` long, or shorter when
+    that many sections would not fit (never under ``MIN_VAL_SECTION_CHARS``). At most half of a document is
+    held out. With ``val_fraction`` 0 nothing is; with N ≥ 2 documents at least one unit is."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    if val_fraction == 0 or n == 0 or int(lengths.sum()) == 0:
+        return ValidationPlan()
+    target = max(min_documents, round(val_fraction * n), 1)
+    budget = max(val_fraction, VAL_MAX_SHARE) * float(lengths.sum())
+    size = max(min(section_chars, int(budget // target)), MIN_VAL_SECTION_CHARS)
+    capacity = lengths // (2 * size)  # sections a document can give, keeping at least half of it in train
+    # Seeded order, long documents first: a section of a long book costs training a small part of it, a short
+    # document held out whole costs all of it.
+    order = sorted(np.random.default_rng(seed).permutation(n).tolist(), key=lambda d: capacity[d] == 0)
+    whole: set[int] = set()
+    counts: dict[int, int] = {}
+    used, units, round_ = 0, 0, 0
+    while units < target:
+        added = False
+        for doc in map(int, order):
+            if units >= target:
+                break
+            if capacity[doc] == 0:
+                fits = round_ == 0 and used + lengths[doc] <= budget and len(whole) < n - 1
+                if fits:
+                    whole.add(doc)
+                    used, units, added = used + int(lengths[doc]), units + 1, True
+            elif counts.get(doc, 0) == round_ < capacity[doc] and used + size <= budget:
+                counts[doc] = round_ + 1
+                used, units, added = used + size, units + 1, True
+        if not added:
+            break
+        round_ += 1
+    if units == 0 and n >= 2:  # a tiny corpus: hold out one document rather than none
+        first = int(order[0])
+        if capacity[first]:
+            counts[first] = 1
+        else:
+            whole.add(first)
+    snap = min(2_000, size // 10)
+    margin = snap + 1
+    placement = np.random.default_rng([seed, 1])
+    sections = {}
+    for doc in sorted(counts):
+        k, length = counts[doc], int(lengths[doc])
+        ranges = []
+        for j in range(k):  # one section in each of k equal segments: they never overlap
+            lo, hi = j * length // k, (j + 1) * length // k
+            start = int(placement.integers(lo + margin, hi - size - margin + 1))
+            ranges.append((start, start + size))
+        sections[doc] = ranges
+    return ValidationPlan(whole, sections, size, snap)
+
+
+def _snap(text: str, position: int, limit: int) -> int:
+    """``position`` moved forward to the next line start, if one is within ``limit`` characters."""
+    newline = text.find("\n", position, position + limit)
+    return position if newline == -1 else newline + 1
+
+
+class LocalDocuments:
+    """The documents of local files as the stream of the split: source documents, with validation
+    sections cut out of long ones (:func:`plan_validation`). Index i of the stream is a "document" of
+    the dataset; ``split_of(i)`` says where it goes."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        summary: CorpusSummary,
+        val_fraction: float,
+        seed: int,
+        val_documents: int = DEFAULT_VAL_DOCUMENTS,
+        val_section_chars: int = DEFAULT_VAL_SECTION_CHARS,
+    ) -> None:
         self.corpus, self.summary = corpus, summary
-        total = summary.documents
-        n_val = 0 if val_fraction == 0 or total < 2 else max(1, round(val_fraction * total))
-        chosen = np.random.default_rng(seed).choice(total, size=n_val, replace=False) if n_val else []
-        self.val = {int(i) for i in chosen}
+        self.lengths = list(corpus.document_chars)
+        self.plan = plan_validation(self.lengths, val_fraction, val_documents, val_section_chars, seed)
+        pieces = np.array([self.plan.pieces(d) for d in range(len(self.lengths))], dtype=np.int64)
+        self.first_unit = np.concatenate(
+            ([0], np.cumsum(pieces))
+        )  # stream index of each source's first piece
+        n_val = self.plan.units
+        total = int(self.first_unit[-1])
         self.counts = {"train": total - n_val, "val": n_val}
-        self.rule = f"exact: {n_val} of {total} documents drawn with numpy default_rng(seed)"
+        self.rule = (
+            f"documents: {len(self.plan.whole)} whole, {n_val - len(self.plan.whole)} sections of "
+            f"{self.plan.section_chars} characters from {len(self.plan.sections)} documents "
+            f"(seeded plan, {len(self.lengths)} source documents)"
+        )
+
+    def source_of(self, index: int) -> tuple[int, int]:
+        """(source document, piece number within it) of stream document ``index``."""
+        doc = int(np.searchsorted(self.first_unit, index, side="right") - 1)
+        return doc, index - int(self.first_unit[doc])
 
     def split_of(self, index: int) -> str:
-        return "val" if index in self.val else "train"
+        doc, piece = self.source_of(index)
+        if doc in self.plan.whole or piece % 2 == 1:
+            return "val"
+        return "train"
 
     def documents(self, start: int) -> Iterator[str]:
-        return self.corpus.documents(start)
+        first_doc, _ = self.source_of(start) if start else (0, 0)
+        index = int(self.first_unit[first_doc])
+        for doc, text in enumerate(self.corpus.documents(first_doc), start=first_doc):
+            for piece in self._pieces(doc, text):
+                if index >= start:
+                    yield piece
+                index += 1
+
+    def _pieces(self, doc: int, text: str) -> list[str]:
+        ranges = self.plan.sections.get(doc)
+        if not ranges:
+            return [text]
+        if len(text) != self.lengths[doc]:
+            raise RuntimeError(
+                f"document {doc} changed while it was being prepared ({len(text)} characters, "
+                f"{self.lengths[doc]} when scanned)"
+            )
+        cuts = [0]
+        for a, b in self.cut_ranges(doc, text):
+            cuts += [a, b]
+        cuts.append(len(text))
+        return [text[a:b] for a, b in itertools.pairwise(cuts)]
+
+    def cut_ranges(self, doc: int, text: str) -> list[tuple[int, int]]:
+        """The held-out character ranges of source document ``doc``, moved to line starts."""
+        snap = self.plan.snap
+        return [(_snap(text, a, snap), _snap(text, b, snap)) for a, b in self.plan.sections.get(doc, ())]
+
+    def validation_items(self) -> list[dict]:
+        """Each validation document in stream order: its source file, source document and character range
+        (planned; each end is moved forward to a line start when cut), or ``whole``."""
+        ranges = self.corpus.file_document_ranges()
+        files = [info.file for info in self.summary.files]
+        items = []
+        for doc in sorted(self.plan.whole | set(self.plan.sections)):
+            file_index = next(i for i, (a, b) in enumerate(ranges) if a <= doc < b)
+            where = {"file": files[file_index], "document_in_file": doc - ranges[file_index][0]}
+            if doc in self.plan.whole:
+                items.append({**where, "whole": True, "chars": self.lengths[doc]})
+            else:
+                items += [
+                    {**where, "whole": False, "planned_chars": [a, b]} for a, b in self.plan.sections[doc]
+                ]
+        return items
 
 
 class HubDocuments:
@@ -238,9 +414,15 @@ class SplitWriter:
             vocab_size,
         )
         self.dtype = np.dtype(np.uint16 if version_for_vocab(vocab_size) == 1 else np.uint32)
-        saved = saved or {"shards": [], "cursor": [-1, 0, 0], "done": False}
+        saved = saved or {"shards": [], "cursor": [-1, 0, 0], "done": False, "starts": []}
         self.shards: list[dict] = saved["shards"]
         self.done: bool = saved["done"]
+        self.written = sum(s["tokens"] for s in self.shards)
+        # Stream offset of each document's first token (its EOT), for val only: an evaluator's per-document
+        # losses need them, and train's could be millions long.
+        # The journal may hold starts of documents not yet in a shard: those are written again on resume.
+        starts = [t for t in saved.get("starts") or [] if t < self.written]
+        self.starts: list[int] | None = starts if split == "val" else None
         # The cursor after the last shard written: [document index, tokens of that document already in
         # shards, documents of this split started so far]. A resumed run continues from it.
         self.cursor: list[int] = list(saved["cursor"])
@@ -250,7 +432,7 @@ class SplitWriter:
         self.fill = 0
 
     def state(self) -> dict:
-        return {"shards": self.shards, "cursor": self.cursor, "done": self.done}
+        return {"shards": self.shards, "cursor": self.cursor, "done": self.done, "starts": self.starts}
 
     def wants(self, doc: int) -> bool:
         """Whether document ``doc`` (of this split) still has tokens to write."""
@@ -261,6 +443,8 @@ class SplitWriter:
             self.doc, self.doc_tokens = doc, 0
         if first and doc != self.resume_doc:
             self.documents += 1
+            if self.starts is not None:
+                self.starts.append(self.written + self.fill)
         if doc == self.resume_doc and self.doc_tokens < self.resume_skip:
             drop = min(self.resume_skip - self.doc_tokens, len(tokens))
             self.doc_tokens += drop
@@ -294,8 +478,17 @@ class SplitWriter:
             self.shards.append(
                 {"file": name, "tokens": len(tokens), "sha256": sha256_file(path), "cursor": self.cursor}
             )
+            self.written += len(tokens)
         self.fill = 0
         on_shard()
+
+
+def _count(path: Path) -> int | None:
+    """A shard's token count by its header, or None when the header is damaged."""
+    try:
+        return read_header(path)[1]
+    except ValueError:
+        return None
 
 
 def _valid_prefix(out_dir: Path, saved: dict) -> dict:
@@ -303,14 +496,14 @@ def _valid_prefix(out_dir: Path, saved: dict) -> dict:
     good = 0
     for shard in saved["shards"]:
         path = out_dir / shard["file"]
-        if not path.exists() or sha256_file(path) != shard["sha256"]:
+        if not path.exists() or sha256_file(path) != shard["sha256"] or _count(path) != shard["tokens"]:
             break
         good += 1
     if good == len(saved["shards"]):
         return saved
     keep = saved["shards"][:good]
     cursor = keep[-1]["cursor"] if keep else [-1, 0, 0]
-    return {"shards": keep, "cursor": cursor, "done": False}
+    return {"shards": keep, "cursor": cursor, "done": False, "starts": saved.get("starts")}
 
 
 # -- the pipeline ----------------------------------------------------------------------------------------------
@@ -326,6 +519,8 @@ def prepare_dataset(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     seed: int = 0,
     *,
+    val_documents: int = DEFAULT_VAL_DOCUMENTS,
+    val_section_chars: int = DEFAULT_VAL_SECTION_CHARS,
     text_field: str = "text",
     strict: bool = False,
     gutenberg: bool = False,
@@ -336,9 +531,16 @@ def prepare_dataset(
 ) -> dict:
     """Tokenize a corpus into train/val shards in ``out_dir`` and return the manifest (see the module
     docstring). ``tokenizer``: a path, hub id or Tokenizer; when None, a byte-level BPE of ``vocab_size`` is
-    trained on the training documents. ``workers``: tokenizing processes (default: all CPUs)."""
+    trained on the training documents. ``workers``: tokenizing processes (default: all CPUs).
+    ``val_documents`` and ``val_section_chars``: see :func:`plan_validation` (local corpora)."""
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must lie in [0, 1), got {val_fraction}")
+    if val_documents < 1:
+        raise ValueError(f"val_documents must be at least 1, got {val_documents}")
+    if val_section_chars < MIN_VAL_SECTION_CHARS:
+        raise ValueError(
+            f"val_section_chars must be at least {MIN_VAL_SECTION_CHARS}, got {val_section_chars}"
+        )
     if shard_tokens < 1:
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
     if (corpus is None) == (hub is None):
@@ -351,7 +553,13 @@ def prepare_dataset(
     if hub is None:
         reader = Corpus(corpus, text_field=text_field, strict=strict, gutenberg=gutenberg)
         summary = reader.scan(progress=progress)
-        docs = LocalDocuments(reader, summary, val_fraction, seed)
+        if summary.documents == 0:
+            kinds = ", ".join(f"{kind} {n}" for kind, n in summary.as_dict()["junk"].items())
+            raise ValueError(
+                f"{', '.join(map(str, reader.paths))}: no valid document to prepare (junk: {kinds}); "
+                "`tablefree data scan` names each file and line"
+            )
+        docs = LocalDocuments(reader, summary, val_fraction, seed, val_documents, val_section_chars)
         sources = [asdict(f) for f in summary.files]
     else:
         summary = None
@@ -362,6 +570,8 @@ def prepare_dataset(
         _clear(out_dir)
     settings = {
         "val_fraction": val_fraction,
+        "val_documents": val_documents,
+        "val_section_chars": val_section_chars,
         "seed": seed,
         "shard_tokens": shard_tokens,
         "text_field": text_field,
@@ -378,7 +588,7 @@ def prepare_dataset(
 
     existing = out_dir / MANIFEST
     if existing.exists():
-        manifest = json.loads(existing.read_text(encoding="utf-8"))
+        manifest = read_manifest(out_dir)
         check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
         if manifest.get("fingerprint") != fingerprint:
             raise ValueError(
@@ -445,14 +655,83 @@ def _load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
                 f"{out_dir} holds shards but no manifest or journal; use another --out, or --overwrite"
             )
         return None
-    state = json.loads(path.read_text(encoding="utf-8"))
-    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir}")
+    state = read_json(path)
+    _check_state(state, path)
+    check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir} ({path.name})")
     if state["fingerprint"] != fingerprint:
         raise ValueError(
             f"{path}: an interrupted preparation of other inputs or settings is here; use another --out, "
             "or --overwrite"
         )
     return state
+
+
+def _check_state(state: object, path: Path) -> None:
+    """The journal's shape, so a damaged one is an error naming the field, not a traceback."""
+
+    def fail(name: str, expected: str) -> None:
+        raise ValueError(
+            f"{path}: field {name!r} {expected}; the journal of the interrupted preparation is damaged: "
+            "delete it (the shards are then prepared again) or use --overwrite"
+        )
+
+    def is_int(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and -1 <= value < 2**62
+
+    if not isinstance(state, dict):
+        fail("(top level)", "must be a JSON object")
+    for key in ("fingerprint", "tokenizer_hash"):
+        if not isinstance(state.get(key), str):
+            fail(key, "must be a string")
+    splits = state.get("splits")
+    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
+        fail("splits", f"must hold {' and '.join(SPLITS)}")
+    for name, split in splits.items():
+        if not isinstance(split, dict):
+            fail(f"splits.{name}", "must be an object")
+        cursor = split.get("cursor")
+        if not (isinstance(cursor, list) and len(cursor) == 3 and all(map(is_int, cursor))):
+            fail(f"splits.{name}.cursor", "must be three integers")
+        if not isinstance(split.get("done"), bool):
+            fail(f"splits.{name}.done", "must be true or false")
+        starts = split.get("starts")
+        if starts is not None and not (isinstance(starts, list) and all(map(is_int, starts))):
+            fail(f"splits.{name}.starts", "must be a list of token offsets")
+        shards = split.get("shards")
+        if not isinstance(shards, list):
+            fail(f"splits.{name}.shards", "must be a list")
+        for i, shard in enumerate(shards):
+            where = f"splits.{name}.shards[{i}]"
+            if not isinstance(shard, dict):
+                fail(where, "must be an object")
+            if shard.get("file") != f"{name}_{i:06d}.bin":
+                fail(f"{where}.file", f"must be {name}_{i:06d}.bin")
+            if not is_int(shard.get("tokens")) or not isinstance(shard.get("sha256"), str):
+                fail(where, "must hold a token count and a sha256")
+            c = shard.get("cursor")
+            if not (isinstance(c, list) and len(c) == 3 and all(map(is_int, c))):
+                fail(f"{where}.cursor", "must be three integers")
+        _check_state_split(split, name, fail)
+
+
+def _check_state_split(split: dict, name: str, fail) -> None:
+    """The journal's numbers must agree with each other: a resume from a wrong cursor would silently drop or
+    repeat text."""
+    shards, cursor = split["shards"], split["cursor"]
+    cursors = [shard["cursor"] for shard in shards]
+    if any(a > b for a, b in itertools.pairwise(cursors)):
+        fail(f"splits.{name}.shards", "must have non-decreasing cursors")
+    if shards and cursor != cursors[-1]:
+        fail(f"splits.{name}.cursor", "must be the cursor of its last shard")
+    if not shards and not split["done"] and cursor != [-1, 0, 0]:
+        fail(f"splits.{name}.cursor", "must be [-1, 0, 0] before the first shard")
+    starts = split.get("starts")
+    if starts:
+        if starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(starts)):
+            fail(f"splits.{name}.starts", "must start at 0 and increase")
+        written = sum(shard["tokens"] for shard in shards)
+        if sum(t < written for t in starts) != (cursors[-1][2] if shards else 0):
+            fail(f"splits.{name}.starts", "must count the documents its shards hold")
 
 
 def _clear(out_dir: Path) -> None:
@@ -545,6 +824,7 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
             "tokens": sum(s["tokens"] for s in shards),
             "documents": writer.documents,
         }
+    splits["val"]["document_starts"] = writers["val"].starts or []
     for split in SPLITS:  # the plan and the stream must agree
         if docs.counts is not None and splits[split]["documents"] != docs.counts[split]:
             raise RuntimeError(
@@ -565,6 +845,7 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
         },
         "document_separator": "eot_before_each_document",
         "splits": splits,
+        "validation": _validation_record(splits["val"], docs),
         "sources": sources,
         "corpus": {
             "paths": [
@@ -578,6 +859,30 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
         "fingerprint": fingerprint,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _validation_record(val: dict, docs) -> dict:
+    """What the validation split holds: documents, tokens, distinct sources and, per document, its token
+    range in the split's stream and where its text came from."""
+    starts = val["document_starts"]
+    bounds = [*starts, val["tokens"]]
+    items = docs.validation_items() if isinstance(docs, LocalDocuments) else [{} for _ in starts]
+    if len(items) != len(starts):
+        raise RuntimeError(f"val: {len(starts)} documents written, {len(items)} planned")
+    record = {
+        "documents": len(starts),
+        "tokens": val["tokens"],
+        "rule": docs.rule,
+        "items": [
+            {"start": a, "tokens": b - a, **item}
+            for (a, b), item in zip(itertools.pairwise(bounds), items, strict=True)
+        ],
+    }
+    if isinstance(docs, LocalDocuments):
+        record["source_documents"] = docs.plan.sources
+        record["sections"] = docs.plan.units - len(docs.plan.whole)
+        record["section_chars"] = docs.plan.section_chars
+    return record
 
 
 def check_dataset_tokenizer(data_dir: str | Path, tokenizer: str | Path | Tokenizer) -> None:

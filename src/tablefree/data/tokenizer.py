@@ -15,11 +15,12 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tablefree.data.corpus import Corpus
+from tablefree.data.corpus import Corpus, CorpusSummary
 
 EOT = "<|endoftext|>"
 # End-of-text tokens of other common tokenizers, tried after EOT by eot_id().
@@ -56,6 +57,51 @@ def train_tokenizer_from_texts(
     return tokenizer
 
 
+@dataclass
+class TrainedTokenizer:
+    """A tokenizer trained on a corpus, with what reading the corpus found (encodings, junk) and whether the
+    corpus filled the vocabulary asked for."""
+
+    tokenizer: Tokenizer
+    summary: CorpusSummary
+    requested: int
+    min_frequency: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def shortfall(self) -> str | None:
+        """A sentence when the corpus could not fill the vocabulary, else None."""
+        if self.vocab_size >= self.requested:
+            return None
+        return (
+            f"the corpus filled {self.vocab_size} of the {self.requested} tokens asked for: no more pairs occur "
+            f"at least {self.min_frequency} times; train on more text, lower --min-frequency, or ask for "
+            f"--vocab-size {self.vocab_size}"
+        )
+
+
+def train_tokenizer_on_corpus(
+    sources: str | Path | Sequence[str | Path],
+    vocab_size: int,
+    out_path: str | Path | None = None,
+    *,
+    text_field: str = "text",
+    strict: bool = False,
+    gutenberg: bool = False,
+    min_frequency: int = 2,
+) -> TrainedTokenizer:
+    """:func:`train_tokenizer`, returning also the corpus summary (junk by file and line, encodings) and
+    whether the vocabulary was filled (``shortfall()``)."""
+    corpus = Corpus(sources, text_field=text_field, strict=strict, gutenberg=gutenberg)
+    summary = corpus.scan()
+    tokenizer = train_tokenizer_from_texts(
+        corpus.documents(), vocab_size, out_path, min_frequency=min_frequency
+    )
+    return TrainedTokenizer(tokenizer, summary, vocab_size, min_frequency)
+
+
 def train_tokenizer(
     sources: str | Path | Sequence[str | Path],
     vocab_size: int,
@@ -67,9 +113,17 @@ def train_tokenizer(
     min_frequency: int = 2,
 ) -> Tokenizer:
     """Train a byte-level BPE tokenizer with ``vocab_size`` entries (``<|endoftext|>`` included) on a corpus
-    (files or directories, read by :class:`tablefree.data.corpus.Corpus`), and save it to ``out_path``."""
-    corpus = Corpus(sources, text_field=text_field, strict=strict, gutenberg=gutenberg)
-    return train_tokenizer_from_texts(corpus.documents(), vocab_size, out_path, min_frequency=min_frequency)
+    (files or directories, read by :class:`tablefree.data.corpus.Corpus`), and save it to ``out_path``. A
+    small corpus may fill fewer entries; :func:`train_tokenizer_on_corpus` says so, and reports the junk."""
+    return train_tokenizer_on_corpus(
+        sources,
+        vocab_size,
+        out_path,
+        text_field=text_field,
+        strict=strict,
+        gutenberg=gutenberg,
+        min_frequency=min_frequency,
+    ).tokenizer
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:

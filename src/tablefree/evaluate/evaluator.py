@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,14 @@ from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
     TASKS,
+    Doc,
+    DocRequests,
     Task,
     build_requests,
+    check_task_files,
     eval_data_dir,
-    get_task,
     load_docs,
+    parse_task_names,
     task_files,
 )
 
@@ -53,25 +58,29 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory) on ``tasks``.
 
-    ``tasks`` are names from ``tablefree.evaluate.TASKS`` and/or ``"validation"`` (needs ``val_data``, a prepared
-    dataset directory). ``limit`` takes the first N documents of each task (windows for validation). The checkpoint's
-    tokenizer is used, or ``tokenizer`` if given; either must hash to the ``tokenizer_hash`` in the checkpoint's
-    meta.json. Returns the results dict; ``out`` writes it as JSON and ``examples_out`` the per-example records as
-    JSONL, both atomically.
+    ``tasks`` are names from ``tablefree.evaluate.TASKS`` (or their aliases, e.g. ``lambada_openai``), ``all``,
+    and/or ``"validation"`` (needs ``val_data``, a prepared dataset directory). ``limit`` takes the first N
+    documents of each task (windows for validation); None means the full sets, and 0 is refused. The
+    checkpoint's tokenizer is used, or ``tokenizer`` if given; either must hash to the ``tokenizer_hash`` in the
+    checkpoint's meta.json. Returns the results dict; ``out`` writes it as JSON and ``examples_out`` the
+    per-example records as JSONL, both atomically and again after each finished task (a partial results file
+    lists the tasks still to do under ``"pending"``).
+
+    Everything that can be checked before scoring is checked first: task names, the limit, that the output
+    paths can be written, that every data file is present (all missing files in one error), every benchmark
+    record, and that every continuation fits the model's context (naming the file and line of any that does not).
     """
-    tasks = list(dict.fromkeys(tasks))
-    if not tasks:
-        raise ValueError("no tasks given")
-    for name in tasks:
-        if name != VALIDATION:
-            get_task(name)
-    if VALIDATION in tasks and val_data is None:
+    names = parse_task_names(tasks, extra=(VALIDATION,))
+    if VALIDATION in names and val_data is None:
         raise ValueError("the validation task needs a prepared dataset directory (--val-data DIR)")
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be >= 1, got {limit}")
-    for name in tasks:  # missing data files are reported before the model is loaded
-        if name != VALIDATION:
-            task_files(TASKS[name], data_dir)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(
+            f"limit must be a positive number of documents, got {limit!r}; leave it out for the full sets"
+        )
+    check_output_paths(out=out, examples_out=examples_out)
+    benchmarks = [TASKS[name] for name in names if name != VALIDATION]
+    check_task_files(benchmarks, data_dir)  # every missing file at once, before the model is loaded
+    prepared = {task.name: prepare_task(task, data_dir, limit) for task in benchmarks}
 
     model, directory = load_model(checkpoint, device)
     tok, tok_hash = checked_tokenizer(directory, tokenizer)
@@ -80,6 +89,7 @@ def run_eval(
             f"tokenizer has {tok.get_vocab_size(with_added_tokens=True)} tokens, "
             f"more than the model's vocab_size {model.config.vocab_size}"
         )
+    encoded = {name: encode_task(p, tok, model.config.max_seq_len) for name, p in prepared.items()}
     results: dict[str, Any] = {
         "tasks": {},
         "checkpoint": str(directory),
@@ -96,7 +106,7 @@ def run_eval(
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     examples: list[dict[str, Any]] = []
-    for name in tasks:
+    for position, name in enumerate(names):
         if name == VALIDATION:
             from tablefree.evaluate.validation import validation_metrics
 
@@ -104,37 +114,124 @@ def run_eval(
                 model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
             )
         else:
-            entry, records = evaluate_task(
-                model, tok, TASKS[name], data_dir, limit, batch_size, bootstrap_iters, progress=progress
+            entry, records = score_task(
+                model, prepared[name], encoded[name], batch_size, bootstrap_iters, progress=progress
             )
             examples.extend(records)
         results["tasks"][name] = entry
+        pending = names[position + 1 :]
+        _write_outputs(out, examples_out, {**results, "pending": pending} if pending else results, examples)
+    return results
+
+
+def _write_outputs(
+    out: str | Path | None,
+    examples_out: str | Path | None,
+    results: dict[str, Any],
+    examples: list[dict[str, Any]],
+) -> None:
     if examples_out is not None:
         write_jsonl_atomic(examples_out, examples)
     if out is not None:
         write_json_atomic(out, results)
-    return results
 
 
-def evaluate_task(
+def check_output_paths(**paths: str | Path | None) -> None:
+    """Each given output path can be written: its directory exists and is writable, and it is no directory.
+    Checked before any work, so a finished evaluation is never lost to a typo in ``--out``."""
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        path = Path(path)
+        flag = "--" + option.replace("_", "-")
+        if path.is_dir():
+            raise ValueError(f"{flag} {path}: is a directory; give a file name")
+        parent = path.parent
+        if not parent.is_dir():
+            raise FileNotFoundError(f"{flag} {path}: directory {parent} does not exist; create it first")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise ValueError(f"{flag} {path}: directory {parent} is not writable")
+        key = path.resolve()
+        if key in seen:
+            raise ValueError(f"{flag} and {seen[key]} are the same file {path}")
+        seen[key] = flag
+
+
+@dataclass(frozen=True)
+class PreparedTask:
+    """A task's validated documents and their (context, continuation) strings, ready to tokenize."""
+
+    task: Task
+    docs: list[Doc]
+    requests: list[DocRequests]
+    data_sha256: dict[str, str]
+
+
+def prepare_task(task: Task, data_dir: str | Path | None = None, limit: int | None = None) -> PreparedTask:
+    """Read and validate a task's files (errors name the file and line) and build its requests."""
+    paths = task_files(task, data_dir)
+    docs = load_docs(task, data_dir, limit)
+    requests = []
+    for doc in docs:
+        try:
+            requests.append(build_requests(task, doc.fields))
+        except (ValueError, KeyError, IndexError, TypeError) as error:
+            raise ValueError(f"{doc.where}: cannot build the {task.name} prompt ({error!r})") from None
+    sha = {name: sha256_file(path) for name, path in zip(task.files, paths, strict=True)}
+    return PreparedTask(task, docs, requests, sha)
+
+
+def encode_task(prepared: PreparedTask, tokenizer, max_len: int) -> list[tuple[list[int], list[int]]]:
+    """Token ids of every request, checked to fit ``max_len``: a continuation longer than the model's context
+    cannot be scored (lm-eval 0.4.13 asserts against it too), so the error names each such document and says
+    what would fit."""
+    pairs = [pair for requests in prepared.requests for pair in requests.pairs]
+    token_requests = encode_pairs(tokenizer, pairs, prefix_token_id(tokenizer))
+    too_long, position = [], 0
+    for doc, requests in zip(prepared.docs, prepared.requests, strict=True):
+        lengths = [len(cont) for _, cont in token_requests[position : position + len(requests.pairs)]]
+        position += len(requests.pairs)
+        if min(lengths) == 0:
+            raise ValueError(f"{doc.where}: a continuation of {prepared.task.name} encodes to no tokens")
+        if max(lengths) > max_len:
+            too_long.append((doc, max(lengths)))
+    if too_long:
+        raise ValueError(_too_long_message(prepared.task, too_long, max_len))
+    return token_requests
+
+
+def _too_long_message(task: Task, too_long: list[tuple[Doc, int]], max_len: int) -> str:
+    first, length = too_long[0]
+    longest = max(n for _, n in too_long)
+    others = f" (and {len(too_long) - 1} more; the longest is {longest} tokens)" if len(too_long) > 1 else ""
+    fixes = [
+        f"evaluate a model with a context of at least {longest} tokens (model.max_seq_len)",
+        f"leave {task.name} out of --tasks",
+    ]
+    if first.index > 0:
+        fixes.append(f"--limit {first.index} (the documents before this one fit)")
+    return (
+        f"{first.where}: {task.name} document {first.index} has a continuation of {length} tokens, longer than "
+        f"the model's context of {max_len} tokens{others}. lm-eval 0.4.13 refuses such a request too. "
+        f"Nothing was scored. Fix: {'; or '.join(fixes)}"
+    )
+
+
+def score_task(
     model: torch.nn.Module,
-    tokenizer,
-    task: Task,
-    data_dir: str | Path | None = None,
-    limit: int | None = None,
+    prepared: PreparedTask,
+    token_requests: list[tuple[list[int], list[int]]],
     batch_size: int = 32,
     bootstrap_iters: int = 100_000,
     *,
     progress: bool = False,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(result entry, per-example records) of one task."""
-    docs = load_docs(task, data_dir, limit)
-    doc_requests = [build_requests(task, doc.fields) for doc in docs]
-    pairs = [pair for requests in doc_requests for pair in requests.pairs]
-    token_requests = encode_pairs(tokenizer, pairs, prefix_token_id(tokenizer))
+    """(result entry, per-example records) of a prepared and encoded task."""
+    task = prepared.task
     scores = iter(loglikelihoods(model, token_requests, batch_size, progress=progress))
     records = []
-    for doc, requests in zip(docs, doc_requests, strict=True):
+    for doc, requests in zip(prepared.docs, prepared.requests, strict=True):
         lls, greedy = zip(*(next(scores) for _ in requests.pairs), strict=True)
         record: dict[str, Any] = {"task": task.name, "doc_id": doc.index, "loglikelihoods": list(lls)}
         if task.output_type == "loglikelihood":
@@ -151,7 +248,6 @@ def evaluate_task(
         else:
             values = [r[metric] for r in records]
         metrics[metric], stderr[metric] = aggregate(metric, values, bootstrap_iters)
-    paths = task_files(task, data_dir)
     entry = {
         "metrics": metrics,
         "stderr": stderr,
@@ -159,9 +255,26 @@ def evaluate_task(
         "headline": task.headline,
         "higher_is_better": {m: m != "perplexity" for m in task.metrics},
         "lm_eval_task": task.lm_eval_task,
-        "data_sha256": {name: sha256_file(path) for name, path in zip(task.files, paths, strict=True)},
+        "data_sha256": prepared.data_sha256,
     }
     return entry, records
+
+
+def evaluate_task(
+    model: torch.nn.Module,
+    tokenizer,
+    task: Task,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    batch_size: int = 32,
+    bootstrap_iters: int = 100_000,
+    *,
+    progress: bool = False,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(result entry, per-example records) of one task: ``prepare_task``, ``encode_task``, ``score_task``."""
+    prepared = prepare_task(task, data_dir, limit)
+    token_requests = encode_task(prepared, tokenizer, model.config.max_seq_len)
+    return score_task(model, prepared, token_requests, batch_size, bootstrap_iters, progress=progress)
 
 
 # ------------------------------------------------------------------------------------------------------------

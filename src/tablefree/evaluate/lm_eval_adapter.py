@@ -32,11 +32,13 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from tablefree.checkpoint import TOKENIZER_FILE, load_model, write_text_atomic
+from tablefree import device as devices
+from tablefree.checkpoint import TOKENIZER_FILE, load_model
 from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.evaluator import checked_tokenizer
-from tablefree.evaluate.tasks import get_task, load_docs
+from tablefree.evaluate.tasks import TASKS, check_task_files, load_docs, parse_task_names
+from tablefree.fileio import write_text_atomic
 from tablefree.generate import generate
 
 logger = logging.getLogger(__name__)
@@ -197,14 +199,9 @@ class TablefreeLMEval(TemplateLM):
 
 
 def resolve_device(device: str | None) -> str:
-    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU."""
-    if device and not str(device).startswith("cuda"):
-        return str(device)
-    if torch.cuda.is_available():
-        return str(device or "cuda")
-    if device:
-        logger.warning("device %r requested but CUDA is not available; using the CPU", device)
-    return "cpu"
+    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU with a warning
+    (``tablefree.device.resolve_device`` with ``fallback_to_cpu``)."""
+    return str(devices.resolve_device(device, fallback_to_cpu=True))
 
 
 def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:
@@ -220,21 +217,10 @@ def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) 
     return value
 
 
-# Our task -> lm-eval's official task YAML (under lm_eval/tasks) and the split our file holds. The local task
-# includes that YAML, so prompts, choices, targets, preprocessing and metrics are lm-eval's own; only the data
-# source changes, to the official-format files `tablefree eval` reads.
-LOCAL_TASKS = {
-    "hellaswag": ("hellaswag/hellaswag.yaml", "validation"),
-    "piqa": ("piqa/piqa.yaml", "validation"),
-    "lambada": ("lambada/lambada_openai.yaml", "test"),
-    "arc_easy": ("arc/arc_easy.yaml", "validation"),
-    "arc_challenge": ("arc/arc_challenge.yaml", "validation"),
-    "winogrande": ("winogrande/default.yaml", "validation"),
-    "openbookqa": ("openbookqa/openbookqa.yaml", "validation"),
-    "sciq": ("sciq/sciq.yaml", "validation"),
-    "boolq": ("super_glue/boolq/default.yaml", "validation"),
-    "copa": ("super_glue/copa/default.yaml", "validation"),
-}
+# Our task -> lm-eval's official task YAML (under lm_eval/tasks) and the split our file holds, from the task
+# records. The local task includes that YAML, so prompts, choices, targets, preprocessing and metrics are
+# lm-eval's own; only the data source changes, to the official-format files `tablefree eval` reads.
+LOCAL_TASKS = {name: (task.lm_eval_yaml, task.lm_eval_split) for name, task in TASKS.items()}
 
 
 def write_local_tasks(
@@ -249,22 +235,24 @@ def write_local_tasks(
     Each ``{prefix}{task}.yaml`` includes lm-eval's official YAML and points ``dataset_path: json`` at a JSON
     lines copy of the task's records (the first ``limit``; PIQA with its labels joined, BoolQ's ``answer`` as
     SuperGLUE's ``label``), evaluated on the split our file holds (``validation`` here also for ARC, OpenBookQA
-    and SciQ, whose official task scores ``test``). ``data_dir`` is found as for ``tablefree eval``. Returns
-    {our task name: lm-eval task name}.
+    and SciQ, whose official task scores ``test``). ``tasks``: names or aliases as ``tablefree eval`` takes
+    them (default: all). ``data_dir`` is found as for ``tablefree eval``; the paths written into the YAML are
+    absolute. Returns {our task name: lm-eval task name}.
     """
     import lm_eval
 
     official = Path(lm_eval.__file__).parent / "tasks"
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # absolute data paths: the YAML works from any directory
+    names = parse_task_names(tasks) if tasks else list(TASKS)
+    check_task_files([TASKS[name] for name in names], data_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = {}
-    for name in tasks or list(LOCAL_TASKS):
-        if name not in LOCAL_TASKS:
-            raise ValueError(f"no lm-eval task mapping for {name!r}; expected some of {sorted(LOCAL_TASKS)}")
+    written = {}
+    for name in names:
+        task = TASKS[name]
         yaml_path, split = LOCAL_TASKS[name]
-        records = [doc.fields for doc in load_docs(get_task(name), data_dir, limit)]
-        if name == "boolq":
-            records = [{**r, "label": int(r["answer"])} for r in records]
+        records = [doc.fields for doc in load_docs(task, data_dir, limit)]
+        if task.lm_eval_doc is not None:
+            records = [task.lm_eval_doc(r) for r in records]
         task_name = f"{prefix}{name}"
         data = out_dir / f"{task_name}.jsonl"
         write_text_atomic(data, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
@@ -284,8 +272,8 @@ def write_local_tasks(
             "fewshot_split": None,
         }
         write_text_atomic(out_dir / f"{task_name}.yaml", yaml.safe_dump(config, sort_keys=False))
-        names[name] = task_name
-    return names
+        written[name] = task_name
+    return written
 
 
 def register() -> None:
@@ -298,15 +286,54 @@ register()
 
 
 def run_cli(argv: list[str]) -> None:
-    """Run lm-eval's own command line (``lm_eval run ...``) with the ``tablefree`` model registered."""
+    """Run lm-eval's own command line (``lm_eval run ...``) with the ``tablefree`` model registered.
+
+    lm-eval's CLI passes ``batch_size=1`` unless ``--batch_size`` is given; for ``--model tablefree`` we pass
+    the engine's own default (or ``batch_size`` from ``--model_args``) instead."""
     from lm_eval.__main__ import cli_evaluate
 
     saved = sys.argv
-    sys.argv = ["lm-eval", *argv]
+    sys.argv = ["lm-eval", *with_default_batch_size(argv)]
     try:
         cli_evaluate()
     finally:
         sys.argv = saved
+
+
+def _option(argv: list[str], *names: str) -> tuple[int, str | None] | None:
+    """(index, value) of the first ``--name value`` / ``--name=value`` in ``argv``, or None."""
+    for index, arg in enumerate(argv):
+        for name in names:
+            if arg == name:
+                return index, argv[index + 1] if index + 1 < len(argv) else None
+            if arg.startswith(name + "=") and name.startswith("--"):
+                return index, arg[len(name) + 1 :]
+    return None
+
+
+def with_default_batch_size(argv: list[str]) -> list[str]:
+    """``argv`` with ``--batch_size`` added for ``--model tablefree`` when none is given (lm-eval's CLI would
+    pass 1): ``batch_size`` from ``--model_args`` moved there (lm-eval refuses it in both places), else
+    ``DEFAULT_BATCH_SIZE``."""
+    model = _option(argv, "--model", "-M")
+    if model is None or model[1] != MODEL_NAME or _option(argv, "--batch_size", "-b") is not None:
+        return list(argv)
+    argv = list(argv)
+    size = str(DEFAULT_BATCH_SIZE)
+    found = _option(argv, "--model_args", "-a")
+    if found is not None and found[1] and not found[1].lstrip().startswith("{"):
+        index, value = found
+        kept, size_args = [], []
+        for item in value.split(","):
+            (size_args if item.strip().startswith("batch_size=") else kept).append(item)
+        if size_args:
+            size = size_args[-1].split("=", 1)[1].strip()
+            joined = ",".join(kept)
+            if argv[index] in ("--model_args", "-a"):
+                argv[index + 1] = joined
+            else:
+                argv[index] = f"--model_args={joined}"
+    return [*argv, "--batch_size", size]
 
 
 if __name__ == "__main__":

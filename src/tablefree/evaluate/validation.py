@@ -11,7 +11,9 @@ is scored once with up to ``max_seq_len`` tokens of context. Then
   separators, not text). Models with different tokenizers can be compared on it.
 
 The standard error given for ``val_loss`` is that of the mean over windows (equal-length windows, so their mean
-is ``val_loss``); windows of one text are correlated, so read it as a rough figure.
+is ``val_loss``); windows of one text are correlated, so read it as a rough figure. ``per_document`` holds each
+validation document's summed nats and scored target tokens (documents in split order; a token belongs to the
+document it lies in): the unit the report's cluster bootstrap resamples.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
+from tablefree.data.loader import MANIFEST, TokenLoader, document_bounds, read_manifest
 from tablefree.evaluate.metrics import mean_stderr
 
 
@@ -80,6 +82,7 @@ def validation_metrics(
     device = next(model.parameters()).device
     window_losses: list[float] = []
     total_nats, total_bytes = 0.0, 0
+    documents = DocumentTally(data_dir, seq_len)
     for step in range(math.ceil(windows / batch_size)):
         inputs, targets = loader.batch(step)
         keep = min(batch_size, windows - step * batch_size)  # the last batch wraps around: drop the repeats
@@ -92,6 +95,7 @@ def validation_metrics(
         total_nats += float(nats.sum())
         total_bytes += int(byte_lengths[targets].sum())
         window_losses.extend(nats.mean(dim=1).tolist())
+        documents.add(step * batch_size, nats.numpy())
     tokens = windows * seq_len
     val_loss = total_nats / tokens
     return {
@@ -112,4 +116,41 @@ def validation_metrics(
         "higher_is_better": {"val_loss": False, "val_ppl": False, "bits_per_byte": False},
         "data_sha256": {shard["file"]: shard.get("sha256") for shard in manifest["splits"]["val"]["shards"]},
         "data_dir": str(data_dir),
+        "per_document": documents.as_dict(),
     }
+
+
+class DocumentTally:
+    """Sums of target nats and counts of target tokens per validation document, window by window (windows are
+    the sequential ``TokenLoader`` chunks: ``(len(shard) - 1) // seq_len`` per shard, in shard order)."""
+
+    def __init__(self, data_dir: str, seq_len: int) -> None:
+        self.starts = document_bounds(data_dir, "val")[:-1]
+        self.seq_len = seq_len
+        offsets, chunk_offsets = [], []
+        offset = 0
+        for shard in read_manifest(data_dir)["splits"]["val"]["shards"]:
+            chunk_offsets.append(max(0, (shard["tokens"] - 1) // seq_len))
+            offsets.append(offset)
+            offset += shard["tokens"]
+        self.shard_offsets = np.array(offsets, dtype=np.int64)
+        self.chunk_starts = np.concatenate(([0], np.cumsum(chunk_offsets))).astype(np.int64)
+        self.nats = np.zeros(len(self.starts))
+        self.tokens = np.zeros(len(self.starts), dtype=np.int64)
+
+    def add(self, first_window: int, nats: np.ndarray) -> None:
+        """``nats`` (windows, seq_len): the target losses of windows ``first_window``, ``first_window + 1``, …"""
+        chunks = np.arange(first_window, first_window + nats.shape[0])
+        shards = np.searchsorted(self.chunk_starts, chunks, side="right") - 1
+        first_target = self.shard_offsets[shards] + (chunks - self.chunk_starts[shards]) * self.seq_len + 1
+        positions = first_target[:, None] + np.arange(self.seq_len)
+        documents = np.searchsorted(self.starts, positions.ravel(), side="right") - 1
+        self.nats += np.bincount(documents, weights=nats.ravel(), minlength=len(self.starts))
+        self.tokens += np.bincount(documents, minlength=len(self.starts))
+
+    def as_dict(self) -> dict:
+        return {
+            "documents": int((self.tokens > 0).sum()),
+            "nats": self.nats.tolist(),
+            "tokens": self.tokens.tolist(),
+        }

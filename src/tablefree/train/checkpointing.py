@@ -7,7 +7,7 @@ Layout of a run's checkpoints::
         config.json         # {"model": ..., "train": the resolved TrainConfig}
         tokenizer.json      # copied from the dataset
         meta.json           # step, tokens_seen, tokenizer_hash, data_dir, ...
-        train_state.pt      # optimizer (keyed by parameter name), schedule step, RNG states, loader position
+        train_state.pt      # TrainState, optimizer (keyed by parameter name), RNG states, loader position
         COMPLETE            # written last
 
 A step directory is assembled under a hidden temporary name, marked COMPLETE, then renamed into place, so a
@@ -88,22 +88,31 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def staging_dir(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint of ``step`` is assembled before it is renamed into place (the same path on every
+    process: the ranks of a sharded save write their shards there first)."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f".{step_dir_name(step)}.tmp"
+
+
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
-    model_state: dict[str, torch.Tensor],
+    model_state: dict[str, torch.Tensor] | None,
     train_state: dict[str, Any],
     config: dict[str, Any],
     meta: dict[str, Any],
     tokenizer_path: str | Path | None,
     keep_last: int = 0,
 ) -> Path:
-    """Write a complete step directory (call on the main process only) and prune old ones."""
+    """Write a complete step directory (call on the main process only) and prune old ones. ``model_state``
+    None: a sharded checkpoint, whose model and optimizer shards every process has already written into
+    ``staging_dir`` (``tablefree.train.sharded.save_sharded``)."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(step)
-    tmp = root / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)  # left over from a process killed while saving
+    tmp = staging_dir(run_dir, step)
+    if model_state is not None:
+        shutil.rmtree(tmp, ignore_errors=True)  # left over from a process killed while saving
     save_model_files(tmp, model_state, config, meta, tokenizer_path)
     torch.save(train_state, tmp / TRAIN_STATE_FILE)
     mark_complete(tmp)

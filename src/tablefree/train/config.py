@@ -26,8 +26,7 @@ from tablefree.config import (
     PRESETS,
     InterfaceConfig,
     ModelConfig,
-    apply_overrides,
-    from_dict,
+    from_dict_with_overrides,
     load_yaml,
     parse_count,
     preset,
@@ -54,15 +53,16 @@ class ModelSpec:
     init_std: float | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.interface, str):  # `model.interface=affine` on the command line
-            self.interface = InterfaceConfig(name=self.interface)
+        if type(self.interface) is InterfaceConfig or not isinstance(self.interface, InterfaceConfig):
+            self.interface = InterfaceConfig.from_config(self.interface, "interface")  # `interface: affine`
         if self.preset not in PRESETS:
             raise ValueError(
                 f"model.preset: unknown preset {self.preset!r}; expected one of {sorted(PRESETS)}"
             )
 
-    def build(self, dataset_vocab_size: int | None = None) -> ModelConfig:
-        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size.
+    def build(self, dataset_vocab_size: int | None = None, seed: int | None = None) -> ModelConfig:
+        """The ModelConfig: preset, then overrides, then the dataset's vocabulary size; interface seeds that
+        follow the training seed (e.g. ``affine_seed: null``) are set to ``seed`` when given.
 
         An explicitly set ``vocab_size`` that disagrees with the dataset is an error (the model could not embed
         or predict the dataset's tokens); the preset's default vocabulary silently yields to the dataset's.
@@ -80,7 +80,8 @@ class ModelSpec:
                     "tokens; remove model.vocab_size (it defaults to the dataset's) or use a matching dataset"
                 )
             overrides["vocab_size"] = dataset_vocab_size
-        return preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        config = preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        return config if seed is None else config.resolve_seed(seed)
 
 
 @dataclass
@@ -154,6 +155,9 @@ class TrainConfig:
     val_batches: int = 20  # micro-batches of the val split per validation
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
+    # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
+    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
+    checkpoint_format: str = "auto"
 
     def __post_init__(self) -> None:
         self.budget = str(self.budget)
@@ -169,6 +173,10 @@ class TrainConfig:
                 f"compile: expected auto, true or false, got {self.compile!r}",
             ),
             (self.parallel in ("ddp", "fsdp"), f"parallel: expected ddp|fsdp, got {self.parallel!r}"),
+            (
+                self.checkpoint_format in ("auto", "full", "sharded"),
+                f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",
+            ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),
             (self.seq_len is None or self.seq_len > 0, "seq_len: must be > 0"),
@@ -259,5 +267,5 @@ def lr_at(step: int, total_steps: int, lr: float, schedule: ScheduleConfig) -> f
 def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:
     """A TrainConfig from a YAML file (or the defaults when ``path`` is None) and ``a.b=value`` overrides."""
     data = load_yaml(path) if path is not None else {}
-    data = apply_overrides(data, overrides or [])
-    return from_dict(TrainConfig, data, where=str(path) if path is not None else "config")
+    where = str(path) if path is not None else "config"
+    return from_dict_with_overrides(TrainConfig, data, overrides or [], where)

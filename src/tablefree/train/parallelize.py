@@ -16,10 +16,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from tablefree.device import resolve_device
+
 try:  # FSDP2 moved from the _composable namespace to torch.distributed.fsdp in torch 2.6
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 except ImportError:  # torch 2.4 / 2.5
     from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+
+try:  # public DTensor API since torch 2.5
+    from torch.distributed.tensor import DTensor, distribute_tensor
+except ImportError:  # torch 2.4
+    from torch.distributed._tensor import DTensor, distribute_tensor
+
+# Wrappers that parallelize() puts around blocks add these to parameter names; init seeds use the plain names.
+WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.")
 
 
 @dataclass(frozen=True)
@@ -39,11 +49,8 @@ class DistInfo:
 
 
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise ValueError("device: cuda was requested but no CUDA device is available")
-    return torch.device("cuda", local_rank)
+    """The device of this process: ``tablefree.device.resolve_device`` with torchrun's local rank."""
+    return resolve_device(requested, local_rank=local_rank)
 
 
 def init_distributed(requested_device: str = "auto", force_process_group: bool = False) -> DistInfo:
@@ -84,12 +91,17 @@ def parallelize(
     compile: bool = False,
     activation_checkpointing: bool = False,
     param_dtype: torch.dtype | None = None,
+    seed: int = 0,
 ) -> nn.Module:
     """Apply activation checkpointing, compile, then DDP or FSDP2, in that order (torchtitan's order).
 
     Returns the module to call for training. With FSDP2 the model is sharded in place and returned as is;
     with DDP (world size > 1) it is wrapped. ``param_dtype`` is FSDP2's compute dtype (bf16 mixed precision,
     gradients reduced in fp32); with DDP or one process, mixed precision is autocast's job instead.
+
+    A model built on the meta device (``build_model(..., device="meta")``, what the trainer does for FSDP2) is
+    materialised here, after sharding: each rank allocates only its shards on ``info.device`` and fills them
+    with the weights an unsharded ``build_model(config, seed)`` on that device would have (``materialize``).
     """
     blocks = model.layers
     if activation_checkpointing:
@@ -106,13 +118,61 @@ def parallelize(
         for block in blocks:
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
+        if is_on_meta(model):
+            materialize(model, info.device, seed)
         return model
+    if is_on_meta(model):
+        materialize(model, info.device, seed)
     if info.world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [info.device.index] if info.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
     return model
+
+
+def is_on_meta(model: nn.Module) -> bool:
+    return any(p.device.type == "meta" for p in model.parameters())
+
+
+@torch.no_grad()
+def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
+    """Allocate a meta-device model's parameters and buffers on ``device`` (only the local shards of FSDP2's
+    DTensor parameters) and initialise them as ``build_model(config, seed, device)`` would.
+
+    Each full parameter is drawn by the model's own ``init_tensor`` (per-name seeded, so the same on every rank)
+    and each rank keeps its shard of it: one full tensor at a time is ever allocated (the largest is the V×d
+    head). The fixed buffers of the input interface are recomputed by its ``reset_buffers`` hook.
+    """
+    model.to_empty(device=device)
+    init_tensor = model.init_tensor
+    for name, param in model.named_parameters():
+        name = unwrapped_name(name)
+        if isinstance(param, DTensor):
+            full = torch.empty(param.shape, dtype=param.dtype, device=device)
+            init_tensor(name, full, seed)
+            param.to_local().copy_(local_shard(full, param))
+        else:
+            init_tensor(name, param, seed)
+    for module in model.modules():
+        reset_buffers = getattr(module, "reset_buffers", None)
+        if callable(reset_buffers):
+            reset_buffers()
+
+
+def unwrapped_name(name: str) -> str:
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def local_shard(full: torch.Tensor, like: DTensor) -> torch.Tensor:
+    """This rank's piece of ``full`` under ``like``'s mesh and placements (computed locally: every rank holds
+    the same ``full``, so nothing is sent)."""
+    try:
+        return distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None).to_local()
+    except TypeError:  # torch < 2.7 has no src_data_rank: scatter rank 0's copy (the same values)
+        return distribute_tensor(full, like.device_mesh, like.placements).to_local()
 
 
 def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:

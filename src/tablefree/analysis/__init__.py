@@ -1,0 +1,36 @@
+"""``tablefree analyze``: what the layers build from the input interface (issue 14).
+
+Two ideas, one module each:
+
+* **bit probes** (``probes``): is the current token's code readable linearly from the residual state at layer ℓ
+  of real text? (``probe_code_bits``)
+* **effective embeddings** (``embeddings``): E_ℓ(t), the state after layer ℓ for token t alone, compared with a
+  reference model's learned table (``linear_cka``, ``frequency_r2``, ``nearest_neighbours``, ``knn_overlap``).
+
+``run_analysis`` does both for a checkpoint and writes ``analysis.json``, ``analysis.md`` and figures;
+``analysis_markdown`` renders a result as a markdown section for other reports (``tablefree compare``).
+"""
+
+from tablefree.analysis.embeddings import frequency_r2, knn_overlap, nearest_neighbours, token_counts
+from tablefree.analysis.linear import RidgeAccumulator, fit_ridge, linear_cka
+from tablefree.analysis.probes import code_sets, probe_code_bits
+from tablefree.analysis.render import analysis_markdown, write_analysis
+from tablefree.analysis.run import run_analysis
+from tablefree.analysis.states import effective_embeddings, layer_states
+
+__all__ = [
+    "RidgeAccumulator",
+    "analysis_markdown",
+    "code_sets",
+    "effective_embeddings",
+    "fit_ridge",
+    "frequency_r2",
+    "knn_overlap",
+    "layer_states",
+    "linear_cka",
+    "nearest_neighbours",
+    "probe_code_bits",
+    "run_analysis",
+    "token_counts",
+    "write_analysis",
+]

@@ -1,0 +1,288 @@
+"""The analysis as files: ``analysis.json``, ``analysis.md`` (a markdown section another report can include)
+and per-layer figures (``figures/probes.png``, ``figures/embeddings.png``), written as one directory."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from tablefree.fileio import staged_directory, write_bytes_atomic, write_json_atomic, write_text_atomic
+
+ANALYSIS_JSON, ANALYSIS_MD, FIGURES = "analysis.json", "analysis.md", "figures"
+PROBE_FIGURE, EMBEDDING_FIGURE = "probes.png", "embeddings.png"
+
+
+def write_analysis(result: dict[str, Any], out_dir: str | Path) -> Path:
+    """Write the analysis directory whole (built under a temporary name, then renamed into place)."""
+    out_dir = Path(out_dir)
+    with staged_directory(out_dir) as stage:
+        (stage / FIGURES).mkdir()
+        draw_analysis_figures(result, stage / FIGURES)
+        write_json_atomic(stage / ANALYSIS_JSON, json_ready(result))
+        write_text_atomic(stage / ANALYSIS_MD, analysis_markdown(result) + "\n")
+    return out_dir
+
+
+def json_ready(value: Any) -> Any:
+    """NaN and infinities as null, so the file is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(item) for item in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def analysis_markdown(
+    result: dict[str, Any], level: int = 2, figures: str = FIGURES, title: str | None = None
+) -> str:
+    """The analysis as a markdown section: a per-layer table, the probe words' neighbours and the figures.
+
+    ``level``: heading level of the section; ``figures``: the figures' directory as seen from the markdown
+    file; ``title``: the heading (default: the interface and checkpoint)."""
+    hashes = "#" * level
+    heading = title or f"Analysis of `{result['interface']}` ({result['checkpoint']})"
+    reference = result.get("reference")
+    probes = result["probes"]
+    lines = [
+        f"{hashes} {heading}",
+        "",
+        f"Reference: {_reference_text(reference)}. Dataset: `{result['data']}`. Bit probes: linear (ridge "
+        f"{probes['ridge']:g}) fitted on {probes['positions']['fit']:,} positions of the val split, scored on "
+        f"{probes['positions']['score']:,} others. Embedding measures over "
+        f"{result['embeddings']['tokens']:,} tokens ({result['embeddings']['token_set']}).",
+        "",
+        f"{hashes}# Per layer",
+        "",
+        *_layer_table(result),
+        "",
+        _probe_note(probes),
+        "",
+    ]
+    lines += _neighbour_section(result, hashes)
+    lines += [
+        f"{hashes}# Figures",
+        "",
+        f"![bit probes per layer]({figures}/{PROBE_FIGURE})",
+        "",
+        f"![effective embeddings per layer]({figures}/{EMBEDDING_FIGURE})",
+    ]
+    return "\n".join(lines)
+
+
+def _reference_text(reference: dict[str, Any] | None) -> str:
+    if reference is None:
+        return "none (no CKA, neighbour overlap or reference neighbours)"
+    return f"`{reference['interface']}` model {reference['checkpoint']}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _layer_table(result: dict[str, Any]) -> list[str]:
+    sets = result["probes"]["code_sets"]
+    emb = result["embeddings"]
+    columns = ["layer"]
+    columns += [f"{name} bits: mean / min probe acc." for name in sets]
+    columns += ["log-freq. R²"]
+    with_reference = "cka_reference_table" in emb
+    if with_reference:
+        columns += ["reference log-freq. R²", "CKA vs ref. table", "CKA vs ref. same layer"]
+        columns += [f"{emb['knn_overlap']['k']}-NN overlap with ref. table"]
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for layer, name in enumerate(result["layers"]):
+        cells = [f"{layer} ({name})"]
+        cells += [
+            f"{_pct(s['mean_accuracy'][layer])} / {_pct(s['min_accuracy'][layer])}" for s in sets.values()
+        ]
+        cells.append(_num(emb["frequency_r2"][layer]))
+        if with_reference:
+            ref_r2 = emb["reference_frequency_r2"]
+            cells.append(_num(ref_r2[layer]) if layer < len(ref_r2) else "–")
+            cells.append(_num(emb["cka_reference_table"][layer]))
+            cells.append(_num(emb["cka_reference_layer"][layer]))
+            cells.append(_pct(emb["knn_overlap"]["values"][layer]))
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _probe_note(probes: dict[str, Any]) -> str:
+    baselines = ", ".join(
+        f"{name} bits {_pct(s['mean_majority_baseline'])}" for name, s in probes["code_sets"].items()
+    )
+    return (
+        f"Chance for the probes is the constant probe that always answers a bit's more common value: on "
+        f"average {baselines} (not 50%: real text uses some ids far more than others, and the fit and score positions differ). The k-NN overlap "
+        "counts the share of each frequent token's nearest neighbours (cosine) that the layer and the "
+        "reference table agree on."
+    )
+
+
+def _neighbour_section(result: dict[str, Any], hashes: str) -> list[str]:
+    neighbours = result["embeddings"]["neighbours"]
+    if not neighbours["words"]:
+        return [
+            f"{hashes}# Nearest neighbours",
+            "",
+            "No probe word is a single seen token of this tokenizer.",
+            "",
+        ]
+    layers = len(result["layers"])
+    shown = sorted({0, layers // 2, layers - 1})
+    has_reference = neighbours["words"][0].get("reference_table") is not None
+    columns = ["word"] + (["reference table"] if has_reference else [])
+    columns += [f"layer {layer} ({result['layers'][layer]})" for layer in shown]
+    lines = [
+        f"{hashes}# Nearest neighbours",
+        "",
+        f"The {neighbours['k']} nearest tokens (cosine) of each probe word's effective embedding E_ℓ (the token "
+        "alone, at position 0); all layers are in analysis.json.",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for entry in neighbours["words"]:
+        cells = [_token(entry["word"])]
+        if has_reference:
+            cells.append(" ".join(_token(t) for t in entry["reference_table"]))
+        cells += [" ".join(_token(t) for t in entry["layers"][layer]) for layer in shown]
+        lines.append("| " + " | ".join(cells) + " |")
+    if neighbours.get("left_out"):
+        left_out = ", ".join(_token(w) for w in neighbours["left_out"])
+        lines += ["", f"Left out (not one token of the tokenizer, or unseen in training): {left_out}."]
+    return [*lines, ""]
+
+
+def _token(text: str) -> str:
+    """A token as an inline code span that survives a markdown table (spaces shown, pipes escaped)."""
+    shown = repr(text)[1:-1].replace("|", "\\|").replace("`", "'")
+    return f"`{shown.replace(' ', '␣')}`"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Figures (matplotlib, Agg backend)
+
+
+def draw_analysis_figures(result: dict[str, Any], figures_dir: Path) -> list[Path]:
+    """``probes.png`` (probe accuracy per layer and bit, and its mean against the baseline) and
+    ``embeddings.png`` (CKA, log-frequency R² and k-NN overlap per layer); each written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    paths = []
+    for name, draw in ((PROBE_FIGURE, _probe_figure), (EMBEDDING_FIGURE, _embedding_figure)):
+        figure = draw(result)
+        paths.append(figures_dir / name)
+        _save(figure, paths[-1])
+    return paths
+
+
+def _save(figure: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def _title(result: dict[str, Any]) -> str:
+    return f"{result['interface']} — {Path(result['checkpoint']).name}"
+
+
+def _probe_figure(result: dict[str, Any]) -> Any:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sets = result["probes"]["code_sets"]
+    layers = np.arange(len(result["layers"]))
+    figure, axes = plt.subplots(1, len(sets) + 1, figsize=(5.2 * (len(sets) + 1), 4.0), squeeze=False)
+    axes = axes[0]
+    for ax, (name, code_set) in zip(axes, sets.items(), strict=False):
+        image = ax.imshow(
+            np.asarray(code_set["accuracy"]).T,
+            aspect="auto",
+            origin="lower",
+            vmin=0.5,
+            vmax=1.0,
+            cmap="viridis",
+        )
+        ax.set_xlabel("layer ℓ (0 = interface output)")
+        ax.set_ylabel("bit")
+        ax.set_title(f"{name} bits: probe accuracy")
+        ax.set_xticks(layers)
+        figure.colorbar(image, ax=ax, fraction=0.046)
+    ax = axes[-1]
+    for name, code_set in sets.items():
+        (line,) = ax.plot(layers, code_set["mean_accuracy"], marker="o", label=f"{name} bits (mean)")
+        ax.plot(layers, code_set["min_accuracy"], ls=":", color=line.get_color(), label=f"{name} bits (min)")
+        ax.axhline(code_set["mean_majority_baseline"], ls="--", color=line.get_color(), lw=0.8)
+    ax.set_ylim(0.45, 1.02)
+    ax.set_xticks(layers)
+    ax.set_xlabel("layer ℓ")
+    ax.set_ylabel("held-out accuracy (dashed: majority baseline)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    figure.suptitle(f"{_title(result)}: current-token code bits read linearly from the residual state")
+    figure.tight_layout()
+    return figure
+
+
+def _embedding_figure(result: dict[str, Any]) -> Any:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    emb = result["embeddings"]
+    layers = np.arange(len(result["layers"]))
+
+    def values(series: list[float | None]) -> np.ndarray:
+        return np.asarray([np.nan if v is None else v for v in series], dtype=float)
+
+    with_reference = "cka_reference_table" in emb
+    figure, axes = plt.subplots(1, 3 if with_reference else 1, figsize=(15 if with_reference else 5.2, 4.0))
+    axes = np.atleast_1d(axes)
+    ax = axes[0]
+    ax.plot(layers, values(emb["frequency_r2"]), marker="o", label=result["interface"])
+    if with_reference:
+        ref = values(emb["reference_frequency_r2"])
+        ax.plot(
+            np.arange(len(ref)),
+            ref,
+            marker="s",
+            ls="--",
+            label=f"reference ({result['reference']['interface']})",
+        )
+    ax.set_title("log token frequency read linearly from E_ℓ")
+    ax.set_ylabel("held-out R² (5-fold)")
+    if with_reference:
+        ax = axes[1]
+        ax.plot(layers, values(emb["cka_reference_table"]), marker="o", label="vs reference table (its E_0)")
+        ax.plot(layers, values(emb["cka_reference_layer"]), marker="s", label="vs reference E_ℓ")
+        ax.set_ylim(0, 1.02)
+        ax.set_title("linear CKA")
+        ax = axes[2]
+        knn = emb["knn_overlap"]
+        ax.plot(layers, values(knn["values"]), marker="o")
+        ax.axhline(knn["chance"], ls="--", color="grey", lw=0.8, label="chance")
+        ax.set_title(f"{knn['k']}-NN overlap with the reference table ({knn['queries']} frequent tokens)")
+        ax.set_ylim(0, 1.02)
+    for ax in axes:
+        ax.set_xlabel("layer ℓ (0 = interface output)")
+        ax.set_xticks(layers)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    figure.suptitle(f"{_title(result)}: effective embeddings E_ℓ (each token alone)")
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,281 @@
+"""``run_analysis``: load a checkpoint (and a reference), check that model, tokenizer, dataset and reference
+belong together, compute the bit probes and the effective-embedding measures, and write ``analysis.json``,
+``analysis.md`` and ``figures/*.png`` into one directory (built under a temporary name, renamed whole)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tablefree.analysis.embeddings import (
+    DEFAULT_PROBE_WORDS,
+    frequency_r2,
+    knn_overlap,
+    nearest_neighbours,
+    probe_word_ids,
+    token_counts,
+)
+from tablefree.analysis.linear import linear_cka
+from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, probe_code_bits
+from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
+from tablefree.analysis.states import effective_embeddings, layer_names
+from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, read_json
+from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
+from tablefree.model import TablefreeLM
+
+DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)
+FIT_FRACTION = 0.75  # the first 3/4 of the windows fit the probes, the last 1/4 score them
+FIT_ROWS_PER_FEATURE = 4  # the probes need at least 4·(d + 1) fit positions
+NEIGHBOURS = 5  # nearest neighbours listed per probe word
+KNN_K = 10  # neighbours compared per token in knn_overlap
+KNN_QUERIES = 2_000  # the most frequent tokens whose neighbourhoods knn_overlap compares
+
+
+def run_analysis(
+    checkpoint: str | Path,
+    reference: str | Path | None = None,
+    data: str | Path | None = None,
+    out: str | Path | None = None,
+    *,
+    tokenizer: str | Path | None = None,
+    positions: int = DEFAULT_POSITIONS,
+    words: list[str] | tuple[str, ...] | None = None,
+    device: str = "cpu",
+    batch_size: int = 8,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Analyse ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory); returns the analysis dict.
+
+    ``reference``: a checkpoint with the same tokenizer (normally the ``learned`` model of the same seed) for
+    CKA and neighbours; ``data``: a prepared dataset (default: the one the checkpoint was trained on, from its
+    meta.json) whose ``val`` split feeds the probes and whose ``train`` split gives token frequencies;
+    ``out``: write analysis.json, analysis.md and figures/ into this directory; ``positions``: held-out
+    positions for the probes; ``words``: probe words for the neighbour lists (those that are one token)."""
+    started = time.perf_counter()
+    say = log or (lambda _message: None)
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
+        raise ValueError(f"positions must be a positive number of token positions, got {positions!r}")
+    out_dir = check_out_dir(out) if out is not None else None
+    model, directory = load_model(checkpoint, device)
+    data_dir = dataset_of(directory, data)
+    manifest = read_manifest(data_dir)
+    tok, tok_hash = matching_tokenizer(directory, data_dir, manifest, tokenizer, model.config.vocab_size)
+    ref = load_reference(reference, model, tok_hash, device) if reference is not None else None
+
+    say(f"bit probes on {data_dir}/val")
+    fit, score = probe_windows(model, data_dir, positions, batch_size)
+    probes = probe_code_bits(model, fit, score, ridge=DEFAULT_PROBE_RIDGE)
+    say("effective embeddings")
+    counts = torch.from_numpy(token_counts(data_dir, model.config.vocab_size))
+    embeddings = embedding_measures(model, ref[0] if ref else None, tok, counts, words or DEFAULT_PROBE_WORDS)
+    result = {
+        "checkpoint": str(directory),
+        "step": _meta(directory).get("step"),
+        "interface": model.config.interface.name,
+        "model": {
+            "d_model": model.config.d_model,
+            "n_layers": model.config.n_layers,
+            "vocab_size": model.config.vocab_size,
+        },
+        "reference": None
+        if ref is None
+        else {"checkpoint": str(ref[1]), "interface": ref[0].config.interface.name},
+        "data": str(data_dir),
+        "tokenizer_hash": tok_hash,
+        "layers": layer_names(model),
+        "probes": probes,
+        "embeddings": embeddings,
+        "seconds": round(time.perf_counter() - started, 2),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if out_dir is not None:
+        write_analysis(result, out_dir)
+        result["out"] = str(out_dir)
+        say(f"analysis written to {out_dir}")
+    return result
+
+
+def check_out_dir(out: str | Path) -> Path:
+    """The output directory, refused up front when it holds something other than an earlier analysis (it is
+    replaced whole)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / ANALYSIS_JSON).exists())):
+        raise FileExistsError(
+            f"--out {out}: exists and is not an analysis directory (no {ANALYSIS_JSON}); the analysis replaces "
+            "its output directory whole, so choose a new or an earlier analysis directory"
+        )
+    return out
+
+
+def _meta(directory: Path) -> dict[str, Any]:
+    path = directory / META_FILE
+    return read_json(path) if path.exists() else {}
+
+
+def dataset_of(directory: Path, data: str | Path | None) -> Path:
+    """``data``, or the dataset the checkpoint was trained on (``data_dir`` in its meta.json)."""
+    if data is not None:
+        return Path(data)
+    recorded = _meta(directory).get("data_dir")
+    if not recorded:
+        raise ValueError(f"{directory / META_FILE}: no data_dir recorded; pass --data DATASET")
+    if not (Path(recorded) / MANIFEST).exists():
+        raise FileNotFoundError(
+            f"the dataset recorded in {directory / META_FILE} ({recorded}) has no {MANIFEST} here; pass --data DATASET"
+        )
+    return Path(recorded)
+
+
+def matching_tokenizer(
+    directory: Path, data_dir: Path, manifest: dict, tokenizer: str | Path | None, vocab_size: int
+) -> tuple[Any, str]:
+    """The checkpoint's tokenizer (or ``tokenizer``, checked against it), which must be the dataset's."""
+    from tablefree.evaluate.evaluator import checked_tokenizer
+
+    if tokenizer is None and not (directory / TOKENIZER_FILE).exists():
+        tokenizer = data_dir / manifest.get("tokenizer_file", TOKENIZER_FILE)  # checked against meta.json
+    tok, digest = checked_tokenizer(directory, tokenizer)
+    expected = manifest.get("tokenizer_hash")
+    if expected is not None and expected != digest:
+        raise ValueError(
+            f"{data_dir / MANIFEST}: the dataset was tokenized with tokenizer {expected[:12]}…, the checkpoint "
+            f"{directory} uses {digest[:12]}…; analyse it on a dataset prepared with its tokenizer"
+        )
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size > vocab_size:
+        raise ValueError(f"tokenizer has {size} tokens, more than the model's vocab_size {vocab_size}")
+    return tok, digest
+
+
+def load_reference(
+    reference: str | Path, model: TablefreeLM, tok_hash: str, device: str
+) -> tuple[TablefreeLM, Path]:
+    """The reference model, refused when its vocabulary or tokenizer differs from the model's."""
+    ref, ref_dir = load_model(reference, device)
+    if ref.config.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"reference {ref_dir}: vocabulary of {ref.config.vocab_size} ids, the model has "
+            f"{model.config.vocab_size}; the reference must share the model's tokenizer and vocabulary"
+        )
+    ref_hash = _meta(ref_dir).get("tokenizer_hash")
+    if ref_hash is None and (ref_dir / TOKENIZER_FILE).exists():
+        from tablefree.data.tokenizer import tokenizer_hash
+
+        ref_hash = tokenizer_hash(ref_dir / TOKENIZER_FILE)
+    if ref_hash is not None and ref_hash != tok_hash:
+        raise ValueError(
+            f"reference {ref_dir}: tokenizer {ref_hash[:12]}…, the model's is {tok_hash[:12]}…; token ids "
+            "would mean different strings, so the reference must share the model's tokenizer"
+        )
+    return ref, ref_dir
+
+
+def probe_windows(
+    model: TablefreeLM, data_dir: Path, positions: int, batch_size: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Held-out windows of ``max_seq_len`` tokens from the val split, in order: the first FIT_FRACTION of them
+    to fit the probes, the rest to score them. Too little text is an error that says how much is needed."""
+    seq_len = model.config.max_seq_len
+    fit_needed = FIT_ROWS_PER_FEATURE * (model.config.d_model + 1)
+    needed_windows = max(2, math.ceil(fit_needed / (FIT_FRACTION * seq_len)))
+    available = _val_windows(data_dir, seq_len)
+    if available < needed_windows:
+        raise ValueError(
+            f"{data_dir}: too little held-out text for the bit probes: they need at least "
+            f"{needed_windows * seq_len:,} positions ({needed_windows} windows of {seq_len} tokens; "
+            f"{FIT_ROWS_PER_FEATURE} × (d_model + 1) = {fit_needed:,} to fit, a quarter more to score), the val "
+            f"split holds {available * seq_len:,} ({available} windows); prepare the dataset with a larger val split"
+        )
+    windows = min(available, max(needed_windows, math.ceil(positions / seq_len)))
+    fit_count = min(windows - 1, max(1, round(FIT_FRACTION * windows)))
+    loader = TokenLoader.from_dir(data_dir, "val", seq_len=seq_len, batch_size=1, shuffle=False)
+    rows = [loader.batch(i)[0] for i in range(windows)]  # batch_size 1: window i is micro-step i
+
+    def batches(part: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.cat(part[i : i + batch_size]) for i in range(0, len(part), batch_size)]
+
+    return batches(rows[:fit_count]), batches(rows[fit_count:])
+
+
+def _val_windows(data_dir: Path, seq_len: int) -> int:
+    manifest = read_manifest(data_dir)
+    if "val" not in manifest["splits"]:
+        raise ValueError(f"{data_dir / MANIFEST}: no 'val' split, which the bit probes read")
+    shards = manifest["splits"]["val"]["shards"]
+    return sum(max(0, (shard["tokens"] - 1) // seq_len) for shard in shards)
+
+
+def embedding_measures(
+    model: TablefreeLM,
+    reference: TablefreeLM | None,
+    tokenizer: Any,
+    counts: torch.Tensor,
+    words: list[str] | tuple[str, ...],
+) -> dict[str, Any]:
+    """Per layer: CKA with the reference's table and its E_ℓ, held-out R² of log frequency, k-NN overlap
+    with the reference table; and the probe words' neighbours. Over the tokens seen in the train split."""
+    tokenizer_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    seen = counts > 0
+    seen[tokenizer_size:] = False
+    tokens = torch.nonzero(seen).squeeze(1)
+    if len(tokens) < 20:
+        raise ValueError(
+            f"only {len(tokens)} distinct tokens occur in the train split; the embedding measures need at least 20"
+        )
+    mine = effective_embeddings(model)
+    theirs = effective_embeddings(reference) if reference is not None else None
+    log_counts = counts[tokens].to(torch.float64).log()
+    by_frequency = tokens[torch.sort(counts[tokens], descending=True, stable=True).indices]
+    queries = by_frequency[:KNN_QUERIES]
+    result: dict[str, Any] = {
+        "tokens": len(tokens),
+        "token_set": "ids of the tokenizer that occur at least once in the train split",
+        "frequency_r2": [frequency_r2(e[tokens], log_counts) for e in mine],
+    }
+    if theirs is not None:
+        table = theirs[0][tokens]
+        result["cka_reference_table"] = [linear_cka(e[tokens], table) for e in mine]
+        result["cka_reference_layer"] = [
+            linear_cka(e[tokens], theirs[i][tokens]) if i < len(theirs) else None for i, e in enumerate(mine)
+        ]
+        result["reference_frequency_r2"] = [frequency_r2(e[tokens], log_counts) for e in theirs]
+        result["knn_overlap"] = {
+            "k": KNN_K,
+            "queries": len(queries),
+            "chance": KNN_K / (len(tokens) - 1),
+            "values": [knn_overlap(e, theirs[0], queries, tokens, KNN_K) for e in mine],
+        }
+    result["neighbours"] = _word_neighbours(mine, theirs, tokenizer, seen, tokens, words)
+    return result
+
+
+def _word_neighbours(
+    mine: list[torch.Tensor],
+    theirs: list[torch.Tensor] | None,
+    tokenizer: Any,
+    seen: torch.Tensor,
+    tokens: torch.Tensor,
+    words: list[str] | tuple[str, ...],
+) -> dict[str, Any]:
+    chosen = probe_word_ids(tokenizer, words, seen)
+    queries = torch.tensor([token_id for _, token_id in chosen], dtype=torch.int64)
+    entries = [{"word": word, "id": token_id} for word, token_id in chosen]
+
+    def strings(ids: torch.Tensor) -> list[list[str]]:
+        return [[tokenizer.decode([int(i)]) for i in row] for row in ids]
+
+    if chosen:
+        per_layer = [strings(nearest_neighbours(e, queries, tokens, NEIGHBOURS)) for e in mine]
+        reference = strings(nearest_neighbours(theirs[0], queries, tokens, NEIGHBOURS)) if theirs else None
+        for index, entry in enumerate(entries):
+            entry["layers"] = [layer[index] for layer in per_layer]
+            entry["reference_table"] = reference[index] if reference else None
+    left_out = [w for w in words if w not in {word for word, _ in chosen}]
+    # left out: not one token of the tokenizer, or never seen in the train split
+    return {"k": NEIGHBOURS, "words": entries, "left_out": left_out}

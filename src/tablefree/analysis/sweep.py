@@ -1,0 +1,192 @@
+"""The analysis inside ``tablefree compare`` (``analysis: true``): every finished run analysed into
+``RUN/analysis/``, with the ``learned`` run of the same seed (and grid point) as reference, and one markdown
+section for the sweep's report that sets the interfaces side by side, layer by layer, averaged over seeds.
+
+A ``learned`` run gets the ``learned`` run of the next seed as reference, so the report also shows what two
+learned tables of different seeds share: the ceiling for the fixed codes' CKA and neighbour overlap.
+
+Duck-typed on the sweep's run records (``name``, ``interface``, ``seed``, ``directory``, optional ``point``,
+and for planned runs ``recipe``), so that compare and report need only call these functions.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, run_analysis
+from tablefree.checkpoint import resolve_checkpoint
+from tablefree.fileio import read_json
+
+ANALYSIS_DIR = "analysis"
+
+
+def reference_for(run: Any, runs: Sequence[Any], finished: set[str]) -> Any | None:
+    """The finished ``learned`` run of the same grid point and seed; for a ``learned`` run, that of the next
+    seed (cyclically); None when there is none."""
+    point = getattr(run, "point", "")
+    learned = sorted(
+        (
+            r
+            for r in runs
+            if r.interface == "learned" and getattr(r, "point", "") == point and r.name in finished
+        ),
+        key=lambda r: r.seed,
+    )
+    if run.interface != "learned":
+        return next((r for r in learned if r.seed == run.seed), None)
+    others = [r for r in learned if r.seed != run.seed]
+    return next((r for r in others if r.seed > run.seed), others[0] if others else None)
+
+
+def analyze_runs(
+    runs: Sequence[Any],
+    finished: Iterable[str],
+    device: str = "cpu",
+    log: Callable[[str], None] = print,
+    positions: int = DEFAULT_POSITIONS,
+) -> dict[str, str]:
+    """Analyse each finished run into ``RUN/analysis`` (skipped when an analysis of the same checkpoint
+    against the same reference is there); returns run name → ``done``/``skipped``/``failed``. A failed
+    analysis is logged and recorded, never raised: it must not sink the sweep."""
+    finished = set(finished)
+    outcome = {}
+    for run in runs:
+        if run.name not in finished:
+            continue
+        reference = reference_for(run, runs, finished)
+        out = Path(run.directory) / ANALYSIS_DIR
+        if _up_to_date(out, run.directory, reference.directory if reference else None):
+            outcome[run.name] = "skipped"
+            continue
+        log(f"[analysis] {run.name}" + (f" against {reference.name}" if reference else ""))
+        try:
+            run_analysis(
+                run.directory,
+                reference=reference.directory if reference else None,
+                data=(getattr(run, "recipe", None) or {}).get("data", {}).get("dir"),
+                out=out,
+                device=device,
+                positions=positions,
+            )
+            outcome[run.name] = "done"
+        except Exception as error:  # reported and recorded; the sweep goes on
+            log(f"[analysis] {run.name}: FAILED ({type(error).__name__}: {error})")
+            outcome[run.name] = "failed"
+    return outcome
+
+
+def _up_to_date(out: Path, directory: Path, reference: Path | None) -> bool:
+    previous = read_json(out / "analysis.json") if (out / "analysis.json").exists() else None
+    if not previous:
+        return False
+    wanted = str(resolve_checkpoint(reference)) if reference is not None else None
+    recorded = (previous.get("reference") or {}).get("checkpoint")
+    return previous.get("checkpoint") == str(resolve_checkpoint(directory)) and recorded == wanted
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The report's section
+
+# (path in analysis.json, title, shown as a percentage) of the per-layer tables, averaged over seeds
+_MEASURES = (
+    (
+        ("probes", "code_sets", "canonical", "mean_accuracy"),
+        "Canonical-bit probe accuracy (mean over bits)",
+        True,
+    ),
+    (("probes", "code_sets", "interface", "mean_accuracy"), "The interface's own code: probe accuracy", True),
+    (("embeddings", "cka_reference_table"), "Linear CKA of E_ℓ with the reference learned table", False),
+    (
+        ("embeddings", "knn_overlap", "values"),
+        f"{KNN_K}-NN overlap of E_ℓ with the reference learned table",
+        True,
+    ),
+    (("embeddings", "frequency_r2"), "Log-frequency R² read from E_ℓ (held out)", False),
+)
+
+
+def load_sweep_analyses(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """(run, analysis) for the runs that have ``RUN/analysis/analysis.json``."""
+    found = []
+    for run in runs:
+        path = Path(run.directory) / ANALYSIS_DIR / "analysis.json"
+        if path.exists():
+            found.append((run, read_json(path)))
+    return found
+
+
+def sweep_analysis_markdown(runs: Sequence[Any], report_dir: str | Path, level: int = 2) -> str:
+    """The report's analysis section: per grid point, one table per measure (layers × interfaces, mean over
+    seeds with the range), then a link to each run's own analysis.md. Empty when no run has an analysis."""
+    analyses = load_sweep_analyses(runs)
+    if not analyses:
+        return ""
+    hashes = "#" * level
+    lines = [
+        f"{hashes} Analysis: what the layers build from the input",
+        "",
+        "From `tablefree analyze` on every finished run (docs/analysis.md). Reference: the `learned` run of the "
+        "same seed; a `learned` run is compared with the `learned` run of another seed (the ceiling). Cells: "
+        "mean over seeds [min, max]; layer 0 is the interface output, layer ℓ the state after block ℓ.",
+    ]
+    points = list(dict.fromkeys(getattr(run, "point", "") for run, _ in analyses))
+    for point in points:
+        here = [(run, result) for run, result in analyses if getattr(run, "point", "") == point]
+        if point:
+            lines += ["", f"{hashes}# {point}"]
+        for keys, title, percent in _MEASURES:
+            table = _measure_table(here, keys, percent)
+            if table:
+                lines += ["", f"**{title}**", "", *table]
+    lines += ["", "Per run (tables, neighbours of probe words, figures):", ""]
+    for run, _ in analyses:
+        link = os.path.relpath(Path(run.directory) / ANALYSIS_DIR / "analysis.md", Path(report_dir))
+        lines.append(f"- [{run.name}]({Path(link).as_posix()})")
+    return "\n".join(lines)
+
+
+def _dig(result: dict[str, Any], keys: tuple[str, ...]) -> list[float | None] | None:
+    value: Any = result
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value if isinstance(value, list) else None
+
+
+def _measure_table(
+    pairs: list[tuple[Any, dict[str, Any]]], keys: tuple[str, ...], percent: bool
+) -> list[str]:
+    columns: dict[str, list[list[float | None]]] = {}
+    for run, result in pairs:
+        series = _dig(result, keys)
+        if series is not None:
+            columns.setdefault(run.interface, []).append(series)
+    if not columns:
+        return []
+    depth = max(len(series) for per_seed in columns.values() for series in per_seed)
+    rows = [
+        "| layer | " + " | ".join(f"`{name}`" for name in columns) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
+    for layer in range(depth):
+        cells = [str(layer)]
+        for per_seed in columns.values():
+            values = [s[layer] for s in per_seed if layer < len(s) and s[layer] is not None]
+            cells.append(_cell(values, percent))
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _cell(values: list[float], percent: bool) -> str:
+    if not values:
+        return "–"
+    scale, digits, unit = (100.0, 1, "%") if percent else (1.0, 3, "")
+    mean = sum(values) / len(values)
+    text = f"{scale * mean:.{digits}f}{unit}"
+    if len(values) > 1:
+        text += f" [{scale * min(values):.{digits}f}, {scale * max(values):.{digits}f}]"
+    return text

@@ -1,0 +1,101 @@
+"""``tablefree analyze``: bit probes and effective embeddings of a checkpoint (Python API:
+``tablefree.analysis.run_analysis``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tablefree.analysis.embeddings import DEFAULT_PROBE_WORDS
+from tablefree.analysis.run import DEFAULT_POSITIONS, run_analysis
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "analyze",
+        help="what the layers build from the input: bit probes per layer, effective embeddings vs a learned table",
+        description="Probe each layer's residual state on held-out text for the current token's code bits, and "
+        "compare the effective embeddings E_l(t) (the state after layer l for token t alone) with a reference "
+        "model's learned table: linear CKA, log-frequency R², nearest neighbours. Writes analysis.json, "
+        "analysis.md and figures/*.png into --out (see docs/analysis.md). Python API: "
+        "tablefree.analysis.run_analysis(checkpoint, reference=..., data=..., out=..., positions=..., words=..., "
+        "device=...).",
+    )
+    parser.add_argument(
+        "checkpoint", help="checkpoint directory, run directory, or directory of step_* checkpoints"
+    )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="a checkpoint with the same tokenizer to compare against, normally the learned model of the "
+        "same seed (default: none; CKA, k-NN overlap and reference neighbours are then left out)",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="prepared dataset: its val split feeds the probes, its train split gives token frequencies "
+        "(default: the dataset recorded in the checkpoint's meta.json)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="output directory, replaced whole (default: CHECKPOINT/analysis)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer.json to use (must match the checkpoint's and the dataset's)",
+    )
+    parser.add_argument(
+        "--positions",
+        type=positive_int,
+        default=DEFAULT_POSITIONS,
+        help="held-out positions for the bit probes, 3/4 to fit and 1/4 to score (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--words",
+        default=",".join(w.strip() for w in DEFAULT_PROBE_WORDS),
+        help="comma-separated probe words for the neighbour lists, each tried with a leading space as a "
+        "word inside text (only those that are one token are used) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device, or auto for cuda when available (default: %(default)s)"
+    )
+    parser.set_defaults(func=run)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def probe_words(text: str) -> list[str]:
+    """``the,king`` → [" the", " king"]: words as they appear inside text to a byte-level BPE."""
+    return [f" {word.strip()}" for word in text.split(",") if word.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out if args.out is not None else str(Path(args.checkpoint) / "analysis")
+    result = run_analysis(
+        args.checkpoint,
+        reference=args.reference,
+        data=args.data,
+        out=out,
+        tokenizer=args.tokenizer,
+        positions=args.positions,
+        words=probe_words(args.words),
+        device=args.device,
+        batch_size=args.batch_size,
+        log=print,
+    )
+    for name, code_set in result["probes"]["code_sets"].items():
+        accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])
+        print(f"{name} bits, mean probe accuracy per layer: {accuracies}")
+    print(f"analysis.md, analysis.json and figures/ in {result['out']}")
+    return 0

@@ -1,0 +1,67 @@
+"""The input interfaces, one file each, behind one registry (``INTERFACES``) and one contract (``base``).
+
+* ``learned``   — an ordinary trainable V×d embedding table (the control).
+* ``canonical`` — the token id's own K-bit binary code, lifted to width d.
+* ``affine``    — that code recoded by a fixed random invertible affine map over GF(2), c' = A·c ⊕ b.
+
+Ablations (issue 14), each answering one question about why fixed codes work:
+
+* ``gaussian``    — a frozen random N(0, σ²) table computed from (seed, id): structure, or only distinctness?
+* ``projected``   — the canonical/affine code, then a trainable K×d map: does the missing projection cost?
+* ``wide-random`` — a seeded random code of W > K bits, distinct by construction: do more bits help?
+* ``hashed``      — codes of K' < K bits, so ids collide: the negative control. Does identity matter?
+
+The fixed codes have **no trainable parameters and no V-sized buffer**: codes are computed from ids on the fly
+(``tablefree.codes``). Adding an interface is one file here (its options dataclass and an ``InputInterface``
+registered by name) plus an import below; see ``base`` and docs/models.md.
+"""
+
+from __future__ import annotations
+
+from tablefree.interfaces.affine import AffineCode, AffineOptions
+from tablefree.interfaces.base import (
+    INTERFACES,
+    InputInterface,
+    build_interface,
+    check_token_ids,
+    ids_checked_by_caller,
+    interface_class,
+    parse_interface_options,
+    register_interface,
+)
+from tablefree.interfaces.canonical import CanonicalCode
+from tablefree.interfaces.fixed_code import CodeOptions, FixedCode, LiftOptions, check_lift_width, lift_index
+from tablefree.interfaces.gaussian import GaussianOptions, GaussianTable
+from tablefree.interfaces.hashed import HashedCode, HashedOptions
+from tablefree.interfaces.learned import LearnedEmbedding, LearnedOptions
+from tablefree.interfaces.projected import ProjectedCode, ProjectedOptions
+from tablefree.interfaces.wide_random import WideRandomCode, WideRandomOptions
+
+__all__ = [
+    "INTERFACES",
+    "AffineCode",
+    "AffineOptions",
+    "CanonicalCode",
+    "CodeOptions",
+    "FixedCode",
+    "GaussianOptions",
+    "GaussianTable",
+    "HashedCode",
+    "HashedOptions",
+    "InputInterface",
+    "LearnedEmbedding",
+    "LearnedOptions",
+    "LiftOptions",
+    "ProjectedCode",
+    "ProjectedOptions",
+    "WideRandomCode",
+    "WideRandomOptions",
+    "build_interface",
+    "check_lift_width",
+    "check_token_ids",
+    "ids_checked_by_caller",
+    "interface_class",
+    "lift_index",
+    "parse_interface_options",
+    "register_interface",
+]

@@ -1,0 +1,248 @@
+"""The input-interface contract: what every part of tablefree needs from an interface, and the registry.
+
+An interface is one file under ``tablefree/interfaces/`` holding an options dataclass (a subclass of
+``tablefree.config.InterfaceConfig``) and a module class derived from ``InputInterface`` and registered by name::
+
+    @dataclass
+    class MyOptions(InterfaceConfig):
+        name: str = "my-code"
+        scale: float = 1.0
+
+    @register_interface("my-code")
+    class MyCode(InputInterface):
+        Options = MyOptions
+        def forward(self, ids): ...                 # (...,) int ids -> (..., d) inputs
+        def describe(self) -> str: ...              # a paragraph for the exported model card
+
+Everything else has a default that fits a fixed (parameter-free) interface: ``table`` evaluates ``forward`` on
+every id (the V×d matrix an export writes), ``fixed_state`` is the persistent buffers (what checkpoints save
+besides parameters), ``reset_fixed_state`` recomputes buffers from the options, ``export_state`` is what an
+export must carry besides the table, and ``adopt_table`` recognises an exported table on import. The model
+(``init_weights``), checkpoints, ``export``/``import-hf``, ``params`` and the CLI use only this contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import itertools
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+from tablefree.config import InterfaceConfig, from_dict
+
+INTERFACES: dict[str, type[InputInterface]] = {}
+TABLE_CHUNK = 4096  # ids per forward when materialising a table (bounds the memory of large-d tables)
+
+Interface = TypeVar("Interface", bound=type["InputInterface"])
+
+
+class InputInterface(nn.Module):
+    """Base of every input interface: token ids (B, T) -> inputs (B, T, d).
+
+    Subclasses set ``Options`` (their options dataclass) and implement ``forward`` and ``describe``; the
+    registry sets ``name``. Trainable state is ``nn.Parameter`` (initialised by the model's ``init_weights``:
+    N(0, init_std) per 2-D parameter, seeded by its name); fixed state is buffers, filled by
+    ``reset_fixed_state`` and never touched by ``init_weights``.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[InterfaceConfig]] = InterfaceConfig
+
+    def __init__(self, options: InterfaceConfig, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        if not isinstance(options, self.Options):
+            raise TypeError(
+                f"{type(self).__name__} takes {self.Options.__name__}, got {type(options).__name__}"
+            )
+        self.options = options
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+
+    @property
+    def config(self) -> InterfaceConfig:  # the name the fixed codes used before the contract
+        return self.options
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> str:  # pragma: no cover - abstract
+        """What row t of the exported table is, in a few sentences of markdown (the model card)."""
+        raise NotImplementedError
+
+    @property
+    def is_fixed(self) -> bool:
+        """True when the interface has no trainable parameter: its input is a fixed function of the id."""
+        return not any(True for _ in self.parameters())
+
+    def reset_fixed_state(self) -> None:
+        """(Re)compute the fixed buffers from the options, e.g. after ``to_empty`` on a meta-built model."""
+
+    def reset_buffers(self) -> None:
+        """``reset_fixed_state`` under the hook name ``train.parallelize.materialize`` calls."""
+        self.reset_fixed_state()
+
+    def fixed_state(self) -> dict[str, torch.Tensor]:
+        """The fixed (non-trainable) tensors a checkpoint saves: the persistent buffers."""
+        parameters = {name for name, _ in self.named_parameters()}
+        return {name: t for name, t in self.state_dict().items() if name not in parameters}
+
+    @torch.no_grad()
+    def table(self) -> torch.Tensor:
+        """The V×d input matrix, row t = the input of token t, as float32 on the CPU (what export writes)."""
+        tensor = next(itertools.chain(self.parameters(), self.buffers()), None)
+        device = tensor.device if tensor is not None and tensor.device.type != "meta" else torch.device("cpu")
+        rows = [
+            self(torch.arange(start, min(start + TABLE_CHUNK, self.vocab_size), device=device)).float().cpu()
+            for start in range(0, self.vocab_size, TABLE_CHUNK)
+        ]
+        return torch.cat(rows)
+
+    def export_state(self) -> dict[str, torch.Tensor]:
+        """Tensors an export carries besides the table so that import restores the interface exactly: by
+        default its whole state (parameters and persistent buffers)."""
+        return {name: t.detach().cpu().contiguous() for name, t in self.state_dict().items()}
+
+    @torch.no_grad()
+    def adopt_table(
+        self, table: torch.Tensor, state: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor] | None:
+        """Recognise an exported table: load ``state`` (from ``export_state``) and return this interface's
+        state dict when its own table, rounded to the exported dtype, equals ``table`` exactly; else None."""
+        try:
+            self.load_state_dict(state, strict=True)
+        except (RuntimeError, ValueError):
+            return None
+        mine = self.table()
+        if mine.shape != table.shape or not torch.equal(mine.to(table.dtype), table):
+            return None
+        return {name: t.detach().cpu() for name, t in self.state_dict().items()}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Registry
+
+
+def register_interface(name: str) -> Callable[[Interface], Interface]:
+    """Class decorator: register an ``InputInterface`` under ``name`` (its options' ``name`` default)."""
+
+    def decorate(cls: Interface) -> Interface:
+        if name in INTERFACES and INTERFACES[name] is not cls:
+            raise ValueError(f"input interface {name!r} is already registered ({INTERFACES[name].__name__})")
+        cls.name = name
+        INTERFACES[name] = cls
+        return cls
+
+    return decorate
+
+
+def interface_class(name: Any, where: str = "model.interface.name") -> type[InputInterface]:
+    if not isinstance(name, str) or name not in INTERFACES:
+        raise ValueError(f"{where}: unknown interface {name!r}; expected one of {sorted(INTERFACES)}")
+    return INTERFACES[name]
+
+
+def option_names(options: type[InterfaceConfig]) -> list[str]:
+    return [f.name for f in dataclasses.fields(options) if f.init and f.name != "name"]
+
+
+def parse_interface_options(value: Any, where: str = "model.interface") -> InterfaceConfig:
+    """The options dataclass of the interface named by ``value``: a name, a ``{name: ..., option: ...}``
+    mapping, or options (re-read, so a bare ``InterfaceConfig(name=...)`` becomes the interface's own).
+
+    Options of another registered interface are dropped (a sweep's shared recipe, the earlier flat format);
+    an option no interface has is an error naming the field and the interface's options.
+    """
+    if isinstance(value, InterfaceConfig):
+        if type(value) is not InterfaceConfig and type(value) is interface_class(value.name).Options:
+            return value
+        value = dataclasses.asdict(value)
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{where}: expected an interface name or a mapping with 'name' and options, got {value!r}"
+        )
+    options = interface_class(value.get("name", "learned"), f"{where}.name").Options
+    own = set(option_names(options))
+    for key, option_value in value.items():
+        if key != "name" and key not in own:  # another interface's option: checked there, then dropped
+            _check_foreign_option(key, option_value, value.get("name", "learned"), sorted(own), where)
+    kept = {key: v for key, v in value.items() if key == "name" or key in own}
+    return _options_from_dict(options, kept, where)
+
+
+def _options_from_dict(options: type[InterfaceConfig], data: dict[str, Any], where: str) -> InterfaceConfig:
+    try:
+        return from_dict(options, data, where)
+    except ValueError as error:
+        if isinstance(error.__cause__, OptionError):  # name the option itself: model.interface.lift
+            raise ValueError(f"{where}.{error.__cause__.option}: {error.__cause__.message}") from None
+        raise
+
+
+def _check_foreign_option(key: str, value: Any, name: str, own: list[str], where: str) -> None:
+    """An option ``name`` does not take must be a valid option of some other interface (so a typo in its
+    name or value is still an error), and is then ignored."""
+    owner = next((cls for cls in INTERFACES.values() if key in option_names(cls.Options)), None)
+    if owner is None:
+        raise ValueError(
+            f"{where}.{key}: no interface has the option {key!r}; {name!r} takes {own or 'no options'}"
+        )
+    _options_from_dict(owner.Options, {"name": owner.name, key: value}, where)
+
+
+def build_interface(
+    options: InterfaceConfig | dict[str, Any] | str, vocab_size: int, d_model: int
+) -> InputInterface:
+    """Build the input interface named by ``options.name`` (options may also be a name or a mapping)."""
+    options = parse_interface_options(options)
+    return INTERFACES[options.name](options, vocab_size, d_model)
+
+
+_IDS_CHECKED_BY_CALLER = contextvars.ContextVar("tablefree_ids_checked_by_caller", default=False)
+
+
+@contextlib.contextmanager
+def ids_checked_by_caller():
+    """Inside, ``check_token_ids`` does nothing: the caller has checked the ids already, on the CPU (the
+    trainer, batch by batch; reading a GPU tensor's min and max would make the host wait for the device)."""
+    token = _IDS_CHECKED_BY_CALLER.set(True)
+    try:
+        yield
+    finally:
+        _IDS_CHECKED_BY_CALLER.reset(token)
+
+
+def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
+    """Raise a clear error for ids outside [0, V). Skipped while compiling (a data-dependent branch) and inside
+    ``ids_checked_by_caller``."""
+    if _is_compiling() or ids.numel() == 0 or _IDS_CHECKED_BY_CALLER.get():
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"token id {bad} is outside [0, {vocab_size}) (vocabulary size V={vocab_size})")
+
+
+def _is_compiling() -> bool:
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
+
+
+class OptionError(ValueError):
+    """A bad value of one interface option (raised by an options dataclass's ``__post_init__``)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option, self.message = option, message
+
+
+def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Options validation: ``value`` must be one of ``allowed``."""
+    if value not in allowed:
+        raise OptionError(option, f"expected one of {list(allowed)}, got {value!r}")

@@ -1,0 +1,81 @@
+"""``projected``: the canonical (or affine) K-bit code followed by a trainable K×d linear map (K·d parameters,
+32,768 for ``paper-1.7b``). *Does the missing input projection cost anything?*
+
+Row t is W·c(t): c(t) is the code as K values ({0, 1} or {−1, +1}), W a d×K matrix, initialised N(0, init_std)
+like every matrix of the model and trained (like the learned table, without weight decay unless
+``optim.decay_embeddings``). The code part is the ``canonical`` or ``affine`` interface itself, at width K.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from tablefree.codes import num_bits
+from tablefree.config import InterfaceConfig
+from tablefree.interfaces.base import (
+    INTERFACES,
+    InputInterface,
+    choice,
+    parse_interface_options,
+    register_interface,
+)
+from tablefree.interfaces.fixed_code import BIT_ORDERS, VALUE_SETS, FixedCode
+
+CODES = ("canonical", "affine")
+
+
+@dataclass
+class ProjectedOptions(InterfaceConfig):
+    name: str = "projected"
+    code: str = "canonical"  # canonical | affine: the code that is projected
+    values: str = "01"
+    bit_order: str = "lsb"
+    affine_seed: int | None = None  # code=affine: seed of (A, b); None (default): the training seed
+
+    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("affine_seed",)
+
+    def __post_init__(self) -> None:
+        choice("code", self.code, CODES)
+        choice("values", self.values, VALUE_SETS)
+        choice("bit_order", self.bit_order, BIT_ORDERS)
+
+    def resolve_seed(self, seed: int) -> InterfaceConfig:
+        return super().resolve_seed(seed) if self.code == "affine" else self
+
+
+@register_interface("projected")
+class ProjectedCode(InputInterface):
+    """A fixed K-bit code, then a trainable K×d linear map."""
+
+    Options = ProjectedOptions
+
+    def __init__(self, options: ProjectedOptions, vocab_size: int, d_model: int) -> None:
+        super().__init__(options, vocab_size, d_model)
+        k = num_bits(vocab_size)
+        code = {"name": options.code, "values": options.values, "bit_order": options.bit_order}
+        if options.code == "affine":
+            code["affine_seed"] = options.affine_seed
+        self.code: FixedCode = INTERFACES[options.code](parse_interface_options(code), vocab_size, k)
+        self.projection = nn.Linear(k, d_model, bias=False)
+
+    def reset_fixed_state(self) -> None:
+        self.code.reset_fixed_state()
+
+    def code_bits(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.code.code_bits(ids)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        codes = self.code(ids)  # (..., K): the tile lift at width K is the code itself
+        return self.projection(codes.to(self.projection.weight.dtype))
+
+    def describe(self) -> str:
+        k = self.code.num_bits
+        return (
+            f"Row t is W·c(t): c(t) is {self.code.describe_code()}, as K = {k} values "
+            f"({'{0, 1}' if self.options.values == '01' else '{-1, +1}'}), and W is a trained {self.d_model}×{k} "
+            f"matrix ({k * self.d_model:,} parameters, recorded in the interface state file)."
+        )

@@ -1,0 +1,195 @@
+"""The comparison report of a sweep directory: ``report.md``, ``report.json`` and PNG figures.
+
+``build_report`` reads only the files of the sweep directory (layout: ``tablefree.rundir``), so a report can be
+rebuilt at any time (``tablefree report SWEEP_DIR``), also from a partly finished sweep. The parts:
+``analysis`` (what is compared with what, via ``tablefree.stats``), ``markdown`` and ``figures``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tablefree import stats
+from tablefree.config import load_yaml
+from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.report import analysis
+from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
+
+__all__ = ["build_report", "verdict"]
+
+
+def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, Any]:
+    """Write ``report.md``, ``report.json`` and ``figures/*.png`` into ``sweep_dir``; return the JSON report."""
+    from tablefree.report.figures import draw_figures
+    from tablefree.report.markdown import render_markdown
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise FileNotFoundError(f"sweep directory not found: {sweep_dir}")
+    runs = find_runs(sweep_dir)
+    if not runs:
+        raise FileNotFoundError(f"{sweep_dir}: no runs (expected runs/{{interface}}-s{{seed}}/ directories)")
+    config = sweep_config(sweep_dir)
+    n_boot = n_boot or int(config.get("bootstrap", stats.DEFAULT_BOOTSTRAP))
+    report = assemble(sweep_dir, runs, config, n_boot)
+    figures_dir = sweep_dir / "figures"
+    figures_dir.mkdir(exist_ok=True)
+    report["figures"] = draw_figures(runs, report, figures_dir)
+    write_json_atomic(sweep_dir / "report.json", _json_ready(report))
+    write_text_atomic(sweep_dir / "report.md", render_markdown(report))
+    return report
+
+
+def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: int) -> dict[str, Any]:
+    """The report's content (everything but the figures)."""
+    interfaces = analysis.ordered_interfaces(runs)
+    points = analysis.ordered_points(runs, config)
+    per_point, comps, gaps = [], [], []
+    for point in points:
+        here = [run for run in runs if run.point == point]
+        table = analysis.metric_table(analysis.finished(here), interfaces)
+        per_point.append(
+            {
+                "name": point,
+                "metrics": table,
+                "params": _params(here, interfaces),
+                "cv_val_ppl": analysis.seed_cv(table),
+                "validation_set": analysis.validation_set(here),
+            }
+        )
+        comps += analysis.comparisons(here, interfaces, n_boot, point)
+        gaps += analysis.gap_curves(here, interfaces, point)
+    primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
+    return {
+        "name": config.get("name", sweep_dir.name),
+        "sweep_dir": str(sweep_dir.resolve()),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "interfaces": interfaces,
+        "seeds": sorted({run.seed for run in runs}),
+        "points": per_point,
+        "primary_point": primary["name"],
+        "metrics": primary["metrics"],
+        "params": primary["params"],
+        "validation_set": primary["validation_set"],
+        "runs": [_run_row(run) for run in runs],
+        "headlines": analysis.headlines(runs),
+        "baseline": analysis.unigram_baseline(runs),
+        "statistics": {
+            "method": stats.__doc__,
+            "bootstrap_replicates": n_boot,
+            "comparisons": comps,
+            "gap": gaps,
+            "grid": analysis.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
+        },
+        "config": config,
+        "train_config": _train_config(runs),
+        "git": git_commit(),
+        "environment": environment(),
+    }
+
+
+def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The comparisons that answer a question (one per pair: validation loss and each benchmark's headline)."""
+    return report["statistics"]["comparisons"]
+
+
+def _run_row(run: Run) -> dict[str, Any]:
+    summary, status = run.summary or {}, run.status
+    return {
+        "name": run.name,
+        "point": run.point,
+        "interface": run.interface,
+        "seed": run.seed,
+        "state": run.state,
+        "error": status.get("error"),
+        "tokens_seen": summary.get("tokens_seen"),
+        "train_wall_s": summary.get("wall_time_s"),
+        "tokens_per_s": summary.get("tokens_per_s"),
+        "eval_wall_s": status.get("eval_wall_s"),
+        "final_train_loss": summary.get("final_train_loss"),
+        "final_val_estimate": run.final_estimate(),
+        "completed": summary.get("completed"),
+        "metrics": run.metric_values(),
+    }
+
+
+def _params(runs: list[Run], interfaces: list[str]) -> dict[str, dict[str, Any]]:
+    params = {}
+    for interface in interfaces:
+        for run in runs:
+            if run.interface == interface and run.summary and run.summary.get("params"):
+                params[interface] = run.summary["params"]
+                break
+    return params
+
+
+def _train_config(runs: list[Run]) -> dict[str, Any] | None:
+    for run in runs:
+        path = run.directory / RUN_FILES["config"]
+        if path.exists():
+            return load_yaml(path)
+    return None
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Provenance
+
+
+def git_commit() -> dict[str, Any]:
+    """The commit of the tablefree checkout (and whether it has uncommitted changes), when it is one."""
+    from tablefree.evaluate.evaluator import git_commit as source_commit
+
+    commit = source_commit()
+    if commit is None:
+        from tablefree import __version__
+
+        return {"commit": None, "dirty": None, "version": __version__}
+    try:
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": commit, "dirty": None}
+    return {"commit": commit, "dirty": bool(status)}
+
+
+def environment() -> dict[str, Any]:
+    import torch
+
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+        env["gpu_count"] = torch.cuda.device_count()
+    return env

@@ -1,0 +1,345 @@
+"""``report.md`` from the report dict (``tablefree.report.assemble``): pure text, no file access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tablefree.report.analysis import UNIGRAM_FLAG, VAL_LOSS, human
+from tablefree.stats import fmt
+
+ESTIMATE_NAME = "in-training validation estimate"
+EVALUATION_NAME = "validation loss (evaluation over the validation split)"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    sections = [
+        _header(report),
+        _verdict(report),
+        _baseline(report),
+        _params(report),
+        _metrics(report),
+        _statistics(report),
+        _gap(report),
+        _grid(report),
+        _figures(report),
+        _runs(report),
+        _provenance(report),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def summary_counts(report: dict[str, Any]) -> tuple[int, int, int]:
+    """(resolved, tested, at chance) over the report's comparisons: an at-chance benchmark is not tested."""
+    comps = report["statistics"]["comparisons"]
+    resolved = sum(c["verdict"] == "resolved" for c in comps)
+    chance = sum(c["verdict"] == "at chance" for c in comps)
+    return resolved, len(comps) - chance, chance
+
+
+def _label(point: str) -> str:
+    return f"[{point}] " if point else ""
+
+
+def _header(report: dict[str, Any]) -> str:
+    runs = report["runs"]
+    done = sum(r["state"] == "done" for r in runs)
+    points = [p["name"] for p in report["points"] if p["name"]]
+    lines = [
+        f"# Interface comparison: {report['name']}",
+        "",
+        f"Interfaces: {', '.join(report['interfaces'])}; seeds: {', '.join(map(str, report['seeds']))}; "
+        + (f"grid points: {', '.join(points)}; " if points else "")
+        + f"{done} of {len(runs)} runs finished. Generated {report['created']} by `tablefree report`.",
+    ]
+    valset = report.get("validation_set")
+    if valset:
+        documents = f"{valset['documents']} documents, " if valset.get("documents") else ""
+        lines.append(
+            f"\nThe validation loss is the evaluation over the validation split ({documents}"
+            f"{human(valset['tokens'])} tokens); the trainer's {ESTIMATE_NAME} (a few batches, every `val_every` "
+            "steps) is a different, noisier number used only for the curves."
+        )
+    for row in (r for r in runs if r["state"] == "failed"):
+        lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
+    lines += [f"\n> {note}" for note in report["config"].get("notes") or []]
+    missing = [r["name"] for r in runs if r["state"] not in ("done", "failed")]
+    if missing:
+        lines.append(
+            f"\nNot finished yet: {', '.join(missing)} (re-run the same `tablefree compare` command)."
+        )
+    return "\n".join(lines)
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    comps = report["statistics"]["comparisons"]
+    if not comps:
+        return ""
+    resolved, tested, chance = summary_counts(report)
+    lines = [
+        "## Verdict",
+        "",
+        f"{resolved} of {tested} comparisons resolved"
+        + (f" ({chance} more at chance on a benchmark: no verdict)" if chance else "")
+        + ". One test per question and pair of interfaces: the validation loss (perplexity and bits per byte are "
+        "transformations of it) and each benchmark's headline metric; paired by seed; Holm's correction across "
+        "the pairs of each question.",
+        "",
+    ]
+    for c in comps:
+        lines.append(f"- {_label(c['point'])}**{c['metric']}**, {c['a']} vs {c['b']}: {c['sentence']}")
+    return "\n".join(lines)
+
+
+def _baseline(report: dict[str, Any]) -> str:
+    base = report.get("baseline")
+    if not base:
+        return ""
+    lines = [
+        "## Baseline",
+        "",
+        f"A unigram model fit on the training split ({human(base['train_tokens'])} tokens, add-½ smoothing) "
+        f"scores **{base['val_loss']:.4f} nats/token** on the validation split ({human(base['val_tokens'])} "
+        "tokens). A model that has not beaten it has learned no more than token frequencies.",
+    ]
+    if base["not_beaten_by"]:
+        lines += ["", f"**{UNIGRAM_FLAG}**: {', '.join(base['not_beaten_by'])}."]
+    else:
+        lines += ["", "Every finished run is below it."]
+    return "\n".join(lines)
+
+
+def _params(report: dict[str, Any]) -> str:
+    if not report["params"]:
+        return ""
+    lines = [
+        "## Parameters",
+        "",
+        "| interface | input interface | trainable total | learned-table total | removed vs learned | removed % |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for interface, p in report["params"].items():
+        lines.append(
+            f"| {interface} | {p.get('input_interface', 0):,} | {p.get('total_trainable', 0):,} | "
+            f"{p.get('learned_total', 0):,} | {p.get('removed_vs_learned', 0):,} | "
+            f"{p.get('removed_percent', 0.0):.2f}% |"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, digits: int = 5) -> str:
+    """``digits`` significant digits (7.9910 → 7.991, 2954.17 → 2954.2, 0.0553 → 0.0553)."""
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def _metrics(report: dict[str, Any]) -> str:
+    interfaces = report["interfaces"]
+    lines = [
+        "## Results",
+        "",
+        "Mean ± sample std over seeds (one seed: its value alone); each seed's value in brackets. ↑ higher is "
+        "better, ↓ lower is better.",
+    ]
+    for point in report["points"]:
+        table = point["metrics"]
+        if not table:
+            continue
+        lines += ["", f"**{point['name']}**" if point["name"] else ""]
+        lines += ["| metric | " + " | ".join(interfaces) + " |", "|---|" + "---|" * len(interfaces)]
+        for name, entry in table.items():
+            arrow = "↑" if entry["higher_is_better"] else "↓"
+            cells = []
+            for interface in interfaces:
+                cell = entry["per_interface"].get(interface)
+                if cell is None:
+                    cells.append("–")
+                    continue
+                seeds = ", ".join(f"s{s}: {_num(v)}" for s, v in sorted(cell["values"].items()))
+                spread = f" ± {_num(cell['std'], 2)}" if cell["std"] is not None else ""
+                cells.append(f"{_num(cell['mean'])}{spread} [{seeds}]")
+            lines.append(f"| {name} {arrow} | " + " | ".join(cells) + " |")
+    if len(lines) == 3:
+        return "## Results\n\nNo finished runs yet."
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _statistics(report: dict[str, Any]) -> str:
+    st = report["statistics"]
+    if not st["comparisons"]:
+        return ""
+    lines = [
+        "## Statistics",
+        "",
+        "Differences A − B, paired by seed (runs with one seed share initialisation and batch order): the mean "
+        "of the per-seed differences with a 95% interval that combines the seed-to-seed spread (t on S − 1 "
+        "degrees of freedom) with the sampling of the evaluation set (a cluster bootstrap over validation "
+        f"documents or benchmark examples, the same draws for both interfaces; {st['bootstrap_replicates']} "
+        "replicates, fixed RNG seed). p-values are Holm-adjusted across the pairs of interfaces of each question. "
+        'A benchmark where neither interface is distinguishable from chance gets no verdict. "Detectable" is '
+        "the smallest difference this design resolves with 80% probability. Method details: docs/experiments.md.",
+        "",
+        "| metric | A − B | difference | 95% CI | seeds | documents/examples | p (Holm) | detectable | conclusion |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for c in st["comparisons"]:
+        ci = f"[{fmt(c['low'])}, {fmt(c['high'])}]" if c["low"] is not None else "–"
+        p = c["adjusted_p"] if c["adjusted_p"] is not None else c["p_value"]
+        lines.append(
+            f"| {_label(c['point'])}{c['metric']} | {c['a']} − {c['b']} | {fmt(c['estimate'])} | {ci} | "
+            f"{c['seeds']} | {c['clusters']} | {'–' if p is None else fmt(p, 2)} | "
+            f"{'–' if c['detectable'] is None else fmt(c['detectable'], 2)} | {c['verdict']} |"
+        )
+    transformed = [c for c in st["comparisons"] if c.get("transformations")]
+    if transformed:
+        lines += [
+            "",
+            "The same validation comparisons as perplexity ratios and bits per byte (not separate tests):",
+            "",
+        ]
+        for c in transformed:
+            t = c["transformations"]
+            ratio = _triple(t["ppl_ratio"], "×")
+            bpb = f"; bits per byte {_triple(t['bits_per_byte'], '')}" if t.get("bits_per_byte") else ""
+            lines.append(f"- {_label(c['point'])}{c['a']} − {c['b']}: perplexity {ratio}{bpb}")
+    methods = sorted({c["method"] for c in st["comparisons"]})
+    lines += ["", "Methods used: " + "; ".join(methods) + "."]
+    return "\n".join(lines)
+
+
+def _triple(values: list[float | None], prefix: str) -> str:
+    estimate, low, high = values
+    interval = f" (95% CI [{prefix}{fmt(low)}, {prefix}{fmt(high)}])" if low is not None else ""
+    return f"{prefix}{fmt(estimate)}{interval}"
+
+
+def _gap(report: dict[str, Any]) -> str:
+    gaps = report["statistics"]["gap"]
+    if not gaps:
+        return ""
+    lines = [
+        "## The gap as training grows",
+        "",
+        f"The paired difference A − B of the trainer's {ESTIMATE_NAME} at each evaluation during training "
+        "(figure `gap.png`, band: 95% interval over seeds), and the slope of that gap against log tokens over "
+        "the second half of training, per doubling of tokens, with its 95% interval over seeds. A gap that "
+        "moves toward 0 is shrinking.",
+        "",
+        "| pair | seeds | gap at the end | slope per doubling (second half) | 95% CI | reading |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for g in gaps:
+        trend = g.get("trend")
+        if not trend:
+            lines.append(
+                f"| {_label(g['point'])}{g['a']} − {g['b']} | {g['seeds']} | – | – | – | too few points |"
+            )
+            continue
+        ci = f"[{fmt(trend['low'])}, {fmt(trend['high'])}]" if trend["low"] is not None else "–"
+        lines.append(
+            f"| {_label(g['point'])}{g['a']} − {g['b']} | {g['seeds']} | {fmt(trend['final_gap'])} | "
+            f"{fmt(trend['slope_per_doubling'])} | {ci} | {trend['reading']} |"
+        )
+    return "\n".join(lines)
+
+
+def _grid(report: dict[str, Any]) -> str:
+    rows = report["statistics"]["grid"]
+    if not rows:
+        return ""
+    interfaces = report["interfaces"]
+    lines = [
+        "## Grid",
+        "",
+        f"Per grid point: mean {EVALUATION_NAME} per interface (tokens, trainable parameters), and each pair's "
+        "paired gap with its 95% interval (figure `scaling.png`).",
+        "",
+        "| point | " + " | ".join(interfaces) + " | gaps |",
+        "|---|" + "---|" * len(interfaces) + "---|",
+    ]
+    for row in rows:
+        cells = []
+        for interface in interfaces:
+            cell = row["interfaces"].get(interface)
+            cells.append(
+                "–"
+                if cell is None
+                else f"{cell['val_loss']:.4f} ({human(cell['tokens'])} tok, {human(cell['params'])} params)"
+            )
+        gaps = "; ".join(
+            f"{g['a']} − {g['b']} {fmt(g['estimate'])}"
+            + (f" [{fmt(g['low'])}, {fmt(g['high'])}]" if g["low"] is not None else "")
+            + f" {g['verdict']}"
+            for g in row["gaps"]
+        )
+        lines.append(f"| {row['point']} | " + " | ".join(cells) + f" | {gaps} |")
+    return "\n".join(lines)
+
+
+def _figures(report: dict[str, Any]) -> str:
+    figures = report.get("figures") or []
+    if not figures:
+        return ""
+    lines = ["## Figures", ""]
+    for figure in figures:
+        lines += [f"![{figure['title']}]({figure['path']})", ""]
+    return "\n".join(lines).rstrip()
+
+
+def _runs(report: dict[str, Any]) -> str:
+    lines = [
+        "## Runs",
+        "",
+        f"| run | state | tokens | train wall time | tokens/s | eval wall time | final train loss | final "
+        f"{ESTIMATE_NAME} | {EVALUATION_NAME} |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["runs"]:
+        lines.append(
+            f"| {r['name']} | {r['state']} | {_int(r['tokens_seen'])} | {_seconds(r['train_wall_s'])} | "
+            f"{_int(r['tokens_per_s'])} | {_seconds(r['eval_wall_s'])} | {_num(r['final_train_loss'])} | "
+            f"{_num(r['final_val_estimate'])} | {_num(r['metrics'].get(VAL_LOSS))} |"
+        )
+    return "\n".join(lines)
+
+
+def _int(value: float | None) -> str:
+    return "–" if value is None else f"{round(value):,}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min"
+
+
+def _provenance(report: dict[str, Any]) -> str:
+    git = report["git"]
+    commit = git.get("commit") or f"unknown (tablefree {git.get('version')})"
+    env = report["environment"]
+    device = env.get("gpu", "CPU")
+    lines = [
+        "## Provenance",
+        "",
+        f"- git commit: `{commit}`" + (" (with uncommitted changes)" if git.get("dirty") else ""),
+        f"- environment: Python {env['python']}, torch {env['torch']}, device {device}, "
+        f"{env['cpu_count']} CPUs ({env['torch_threads']} torch threads), {env['platform']}",
+        "",
+        "Sweep config (`compare.yaml`, with the dataset as used):",
+        "",
+        "```yaml",
+        yaml.safe_dump(report["config"], sort_keys=False).rstrip(),
+        "```",
+    ]
+    if report["train_config"]:
+        lines += [
+            "",
+            "Resolved training config of the first run (the other runs differ only in interface and seed"
+            + (", and in the grid point's settings" if len(report["points"]) > 1 else "")
+            + "):",
+            "",
+            "```yaml",
+            yaml.safe_dump(report["train_config"], sort_keys=False).rstrip(),
+            "```",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,666 @@
+"""Fuzzing the data layer's readers (issue 12): corpus files, manifests and the prepare journal.
+
+Every corrupted variant must end in one of three ways:
+
+* **error**: the project's own error (``ValueError`` or ``FileNotFoundError``) naming the file, and the line
+  where there is one;
+* **skip**: a counted, reported skip of the whole file (junk items of the corpus summary; problems listed by
+  ``verify_dataset``);
+* **read, parts reported**: a correct read of the valid parts, every dropped line, byte or character counted
+  and reported by file (and line);
+* **read**: a correct read.
+
+Nothing may be silently garbled: for corpus files the documents read are compared with an independent reference
+reader written here (decode with the encoding the reader chose, after checking that choice against the bytes;
+drop the bytes that are not UTF-8 and the control characters; parse each JSON line), and a sample goes all the
+way through ``prepare_dataset`` and is decoded back from the shards. A manifest or journal variant that is
+accepted must give exactly the dataset of the undamaged run.
+
+Seeded; the outcome counts are printed with ``pytest -s`` and recorded in docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import itertools
+import json
+import random
+import re
+import shutil
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tablefree.data.corpus import Corpus
+from tablefree.data.loader import (
+    TokenLoader,
+    document_bounds,
+    read_manifest,
+    validation_documents,
+    verify_dataset,
+)
+from tablefree.data.prepare import STATE_FILE, prepare_dataset
+from tablefree.data.shards import open_shard
+from tablefree.data.tokenizer import load_tokenizer, train_tokenizer_from_texts
+
+zstandard = pytest.importorskip("zstandard")
+
+CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+SURROGATE = re.compile("[\ud800-\udfff]")
+BINARY_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+OUTCOMES: dict[str, Counter] = {}
+
+WORDS = [
+    "the",
+    "whale’s",
+    "café",
+    "naïve",
+    "“quoted”",
+    "✓",
+    "😀",
+    "über",
+    "Straße",
+    "—",
+    "rôle",
+    "Ærø",
+    "東京",
+    "sea",
+    "ship",
+]
+
+
+def sentences(rng: random.Random, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) for _ in range(n)]
+
+
+def base_txt(rng: random.Random) -> str:
+    lines = sentences(rng, rng.randint(10, 40))
+    lines[rng.randrange(len(lines))] += "\tand a tab\f"
+    return "\n".join(lines) + "\n"
+
+
+def base_jsonl(rng: random.Random) -> list[dict]:
+    return [{"text": s, "id": i} for i, s in enumerate(sentences(rng, rng.randint(8, 25)))]
+
+
+def jsonl_bytes(records: list) -> bytes:
+    return "".join(
+        (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in records
+    ).encode()
+
+
+# -- mutations --------------------------------------------------------------------------------------------
+
+
+def truncate(rng: random.Random, data: bytes) -> bytes:
+    return data[: rng.randrange(len(data) + 1)]
+
+
+def flip(rng: random.Random, data: bytes) -> bytes:
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        if out:
+            out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out)
+
+
+def insert(rng: random.Random, data: bytes, pool: bytes) -> bytes:
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        out.insert(rng.randrange(len(out) + 1), rng.choice(pool))
+    return bytes(out)
+
+
+def non_utf8(rng, data):
+    return insert(rng, data, bytes(range(0x80, 0x100)))
+
+
+def controls(rng, data):
+    return insert(rng, data, b"\x00\x01\x07\x08\x0e\x1b\x1f\x7f")
+
+
+def wrong_bom(rng, data):
+    bom = rng.choice([codecs.BOM_UTF8, *UTF16_BOMS, codecs.BOM_UTF32_LE, codecs.BOM_UTF8 * 2])
+    return bom + data
+
+
+def as_utf16(rng, data):
+    text = data.decode("utf-8", "ignore")
+    encoded = text.encode(rng.choice(["utf-16", "utf-16-le", "utf-16-be"]))
+    return encoded if rng.random() < 0.7 else truncate(rng, encoded)
+
+
+def as_latin1(rng, data):
+    return data.decode("utf-8", "ignore").encode("cp1252", "ignore")
+
+
+def empty_lines(rng, data):
+    lines = data.split(b"\n")
+    for _ in range(rng.randint(1, 4)):
+        lines.insert(rng.randrange(len(lines) + 1), rng.choice([b"", b"   ", b"\t", b"\r"]))
+    return b"\n".join(lines)
+
+
+BYTE_MUTATIONS = [truncate, flip, non_utf8, controls, wrong_bom, as_utf16, as_latin1, empty_lines]
+
+
+def record_mutation(rng: random.Random, records: list) -> tuple[list, str]:
+    """Damage one JSONL record: delete its field, give it a wrong type, a huge number, deep nesting, escaped
+    control characters or a lone surrogate."""
+    records = list(records)
+    i = rng.randrange(len(records))
+    kind = rng.choice(["delete", "type", "huge", "nest", "escapes", "surrogate", "not-object", "partial"])
+    if kind == "delete":
+        records[i] = {k: v for k, v in records[i].items() if k != "text"}
+    elif kind == "type":
+        records[i] = {**records[i], "text": rng.choice([42, 1.5, None, True, ["a"], {"t": "x"}])}
+    elif kind == "huge":
+        records[i] = json.dumps(records[i])[:-1] + ', "n": ' + "7" * rng.choice([4000, 4301, 20000]) + "}"
+    elif kind == "nest":
+        depth = rng.choice([50, 5_000, 200_000])
+        records[i] = '{"text": ' + "[" * depth + "]" * depth + "}"
+    elif kind == "escapes":
+        records[i] = '{"text": "bell\\u0007 nul\\u0000 del\\u007f c1\\u0085 ok"}'
+    elif kind == "surrogate":
+        records[i] = '{"text": "lone \\ud83d and \\udc00 pair \\ud83d\\ude00"}'
+    elif kind == "not-object":
+        records[i] = rng.choice(['"just a string"', "[1, 2]", "null", "3"])
+    else:
+        records[i] = json.dumps(records[i])[: rng.randrange(1, 20)]
+    return records, kind
+
+
+# -- the reference reader -----------------------------------------------------------------------------------
+
+
+def clean(text: str) -> str:
+    return SURROGATE.sub("", CONTROL.sub("", text))
+
+
+def utf8_counts(body: bytes) -> tuple[int, int]:
+    """(bytes that are not UTF-8, non-ASCII characters that are) of ``body``."""
+    text = body.decode("utf-8", "ignore")
+    return len(body) - len(text.encode("utf-8")), sum(ord(c) > 127 for c in text)
+
+
+def check_encoding_choice(payload: bytes, encoding: str, kinds: set[str]) -> None:
+    """The reader's encoding must follow its documented rule, checked here against the bytes."""
+    body = payload[3:] if payload.startswith(codecs.BOM_UTF8) else payload
+    invalid, multibyte = utf8_counts(body)
+    if payload.startswith(UTF16_BOMS):
+        invalid -= 2
+    if encoding == "utf-16":
+        assert payload.startswith(UTF16_BOMS) and b"\x00" in payload
+        payload.decode("utf-16")  # the whole file must decode
+    elif encoding in ("utf-8", "utf-8-sig"):
+        assert (encoding == "utf-8-sig") == payload.startswith(codecs.BOM_UTF8)
+        assert invalid <= 0 or multibyte >= invalid
+    else:
+        assert encoding in ("cp1252", "latin-1") and invalid > multibyte
+        assert not multibyte or "mixed-encoding" in kinds  # UTF-8 read as legacy text is reported
+
+
+def reference_text(payload: bytes, encoding: str) -> str:
+    if encoding in ("utf-8", "utf-8-sig"):
+        body = payload[3:] if encoding == "utf-8-sig" else payload
+        return body.decode("utf-8", "ignore")
+    return payload.decode(encoding)
+
+
+def bad_lines(payload: bytes, encoding: str) -> list[int]:
+    """Lines holding bytes that are not UTF-8 (for a file read as UTF-8)."""
+    if encoding not in ("utf-8", "utf-8-sig"):
+        return []
+    body = payload[3:] if encoding == "utf-8-sig" else payload
+    found = []
+    for number, line in enumerate(body.split(b"\n"), start=1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            found.append(number)
+    return found
+
+
+def reference_jsonl(text: str) -> tuple[list[str], dict[int, str]]:
+    docs, junk = [], {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = clean(line)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            junk[number] = "invalid-json"
+            continue
+        if not isinstance(record, dict) or record.get("text") is None:
+            junk[number] = "missing-field"
+        elif not isinstance(record["text"], str):
+            junk[number] = "bad-field"
+        elif clean(record["text"]).strip():
+            docs.append(clean(record["text"]))
+        else:
+            junk[number] = "empty"
+    return docs, junk
+
+
+def decompress(data: bytes, compression: str | None) -> bytes | None:
+    """The payload of a (possibly damaged) compressed file, or None when it is not whole."""
+    try:
+        if compression == "gz":
+            return gzip.decompress(data)
+        if compression == "zst":
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            out = frame.decompress(data)
+            return out if frame.eof and not frame.unused_data else None
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError):
+        return None
+    return data
+
+
+def looks_binary(payload: bytes) -> bool:
+    head = payload[:8192]
+    return not head.startswith(UTF16_BOMS) and len(BINARY_BYTES.findall(head)) > 0.05 * max(1, len(head))
+
+
+def read_corpus_file(
+    root: Path, name: str, data: bytes, kind: str, compression: str | None
+) -> tuple[str, list]:
+    """Write one corpus file, read it, and check the result against the reference. Returns the outcome and the
+    documents read."""
+    path = root / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    path.write_bytes(data)
+    try:
+        corpus = Corpus(root)
+        summary = corpus.scan()
+        docs = list(corpus.documents())
+    except (ValueError, FileNotFoundError) as error:
+        assert name in str(error), f"error does not name the file: {error}"
+        return "error", []
+    assert summary.documents == len(docs)
+    info = summary.files[0]
+    kinds = {j.kind for j in summary.junk}
+    assert all(j.file == name for j in summary.junk)
+    payload = decompress(data, compression)
+    if info.encoding is None:  # the whole file skipped, and said why
+        file_kinds = {j.kind for j in summary.junk if j.line is None}
+        assert docs == [] and len(file_kinds) == 1
+        (why,) = file_kinds
+        if why == "unreadable":
+            assert payload is None
+        elif why == "binary":
+            assert payload is not None and looks_binary(payload)
+        else:
+            assert why == "empty" and payload is not None
+            assert not (payload[3:] if payload.startswith(codecs.BOM_UTF8) else payload).strip()
+        return "skip", docs
+    assert payload is not None, "read a compressed file that is not whole"
+    check_encoding_choice(payload, info.encoding, kinds)
+    text = reference_text(payload, info.encoding)
+    if kind == "txt":
+        expected = [clean(text)] if clean(text).strip() else []
+        line_junk: dict[int, str] = {}
+    else:
+        expected, line_junk = reference_jsonl(text)
+    assert docs == expected, "documents differ from the source's valid parts"
+    reported = {j.line: j.kind for j in summary.junk if j.line is not None and j.kind != "invalid-utf8"}
+    assert reported == line_junk
+    bad = bad_lines(payload, info.encoding)
+    assert [j.line for j in summary.junk if j.kind == "invalid-utf8" and j.line is not None] == bad[:10]
+    return ("read" if not summary.junk else "read, parts reported"), docs
+
+
+def record(name: str, outcomes: Counter) -> None:
+    OUTCOMES[name] = outcomes
+    total = sum(outcomes.values())
+    print(f"\nfuzz {name}: {total} variants: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+
+
+# -- corpus files -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_fuzz_plain_corpus_files(kind, tmp_path) -> None:
+    rng = random.Random(f"plain-{kind}")
+    outcomes: Counter = Counter()
+    for variant in range(160):
+        if kind == "txt":
+            data = base_txt(rng).encode()
+            how = rng.choice(BYTE_MUTATIONS)
+            data = how(rng, data)
+            label = how.__name__
+        else:
+            records = base_jsonl(rng)
+            if rng.random() < 0.5:
+                records, label = record_mutation(rng, records)
+                data = jsonl_bytes(records)
+            else:
+                how = rng.choice(BYTE_MUTATIONS)
+                data, label = how(rng, jsonl_bytes(records)), how.__name__
+        try:
+            outcome, _ = read_corpus_file(tmp_path / "c", f"doc.{kind}", data, kind, None)
+        except AssertionError as error:
+            raise AssertionError(f"variant {variant} ({label}): {error}") from error
+        outcomes[outcome] += 1
+    record(f"corpus-{kind}", outcomes)
+    assert sum(outcomes.values()) == 160 and outcomes["read"] and outcomes["read, parts reported"]
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_fuzz_compressed_corpus_files(compression, tmp_path) -> None:
+    rng = random.Random(f"compressed-{compression}")
+    outcomes: Counter = Counter()
+    for variant in range(90):
+        kind = rng.choice(["txt", "jsonl"])
+        payload = base_txt(rng).encode() if kind == "txt" else jsonl_bytes(base_jsonl(rng))
+        if rng.random() < 0.4:
+            payload = rng.choice(BYTE_MUTATIONS)(rng, payload)
+        if compression == "gz":
+            data = gzip.compress(payload, mtime=0)
+        else:
+            data = zstandard.ZstdCompressor(write_checksum=rng.random() < 0.5).compress(payload)
+        label = "payload"
+        if rng.random() < 0.7:
+            how = rng.choice([truncate, flip])
+            data, label = how(rng, data), how.__name__
+        try:
+            outcome, _ = read_corpus_file(
+                tmp_path / "c", f"doc.{kind}.{compression}", data, kind, compression
+            )
+        except AssertionError as error:
+            raise AssertionError(f"variant {variant} ({label}): {error}") from error
+        outcomes[outcome] += 1
+    record(f"corpus-{compression}", outcomes)
+    assert sum(outcomes.values()) == 90 and outcomes["skip"]
+
+
+def test_fuzz_parquet_corpus_files(tmp_path) -> None:
+    rng = random.Random("parquet")
+    outcomes: Counter = Counter()
+    for variant in range(80):
+        values: list = sentences(rng, rng.randint(5, 30))
+        label = "rows"
+        column = "text"
+        if rng.random() < 0.5:
+            label = rng.choice(["null", "blank", "controls", "column", "ints"])
+            i = rng.randrange(len(values))
+            if label == "null":
+                values[i] = None
+            elif label == "blank":
+                values[i] = rng.choice(["", "   ", "\n"])
+            elif label == "controls":
+                values[i] = "nul\x00 bell\x07 c1\x85 text"
+            elif label == "column":
+                column = "body"
+        table = pa.table({column: list(range(len(values))) if label == "ints" else values})
+        buffer = io.BytesIO()
+        pq.write_table(table, buffer, write_page_checksum=True)
+        data = buffer.getvalue()
+        damaged = rng.random() < 0.6
+        if damaged:
+            how = rng.choice([truncate, flip])
+            data, label = how(rng, data), how.__name__
+        (tmp_path / "c").mkdir(exist_ok=True)
+        path = tmp_path / "c" / "rows.parquet"
+        path.write_bytes(data)
+        try:
+            corpus = Corpus(tmp_path / "c")
+            summary = corpus.scan()
+            docs = list(corpus.documents())
+        except (ValueError, FileNotFoundError) as error:
+            assert "rows.parquet" in str(error), f"variant {variant} ({label}): {error}"
+            outcomes["error"] += 1
+            continue
+        assert summary.documents == len(docs)
+        assert all(not CONTROL.search(d) and not SURROGATE.search(d) for d in docs)
+        expected = (
+            []
+            if label in ("column", "ints")
+            else [clean(v) for v in values if isinstance(v, str) and clean(v).strip()]
+        )
+        # damage found and reported for the file (unreadable pages, a column name changed in the footer):
+        # the rows read before it are rows of the file
+        unreadable = [
+            j
+            for j in summary.junk
+            if j.kind == "unreadable" or (j.kind == "missing-field" and j.line is None)
+        ]
+        if unreadable and label not in ("column", "ints"):
+            assert damaged and all(d in expected for d in docs), f"variant {variant} ({label})"
+        else:  # page checksums and the row count catch every damage that reaches a row
+            assert docs == expected, f"variant {variant} ({label}): rows changed silently"
+        if unreadable or not summary.files[0].encoding:
+            outcomes["skip"] += 1
+        else:
+            outcomes["read, parts reported" if summary.junk else "read"] += 1
+    record("corpus-parquet", outcomes)
+    assert sum(outcomes.values()) == 80 and outcomes["read"] and outcomes["skip"]
+
+
+# -- end to end: what reaches the shards -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    rng = random.Random("tokenizer")
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    train_tokenizer_from_texts([base_txt(rng) for _ in range(20)], 300, path)
+    return path
+
+
+def shard_documents(data_dir: Path, tokenizer) -> list[str]:
+    manifest = read_manifest(data_dir)
+    texts = []
+    for split in ("train", "val"):
+        paths = [data_dir / s["file"] for s in manifest["splits"][split]["shards"]]
+        if not paths:
+            continue
+        stream = np.concatenate([np.asarray(open_shard(p)) for p in paths])
+        bounds = [*np.flatnonzero(stream == manifest["eot_id"]).tolist(), len(stream)]
+        texts += [tokenizer.decode(stream[a + 1 : b].tolist()) for a, b in itertools.pairwise(bounds)]
+    return texts
+
+
+def test_fuzz_corpus_through_prepare_to_the_shards(tokenizer_file, tmp_path) -> None:
+    """A sample of damaged files prepared into shards: decoded back, the documents are the reference's."""
+    rng = random.Random("end-to-end")
+    tokenizer = load_tokenizer(tokenizer_file)
+    outcomes: Counter = Counter()
+    for variant in range(40):
+        kind = rng.choice(["txt", "jsonl"])
+        if kind == "txt":
+            payload = base_txt(rng).encode()
+        else:
+            payload = jsonl_bytes(record_mutation(rng, base_jsonl(rng))[0])
+        how = rng.choice(BYTE_MUTATIONS)
+        payload = how(rng, payload)
+        compression = rng.choice([None, "gz"])
+        data = gzip.compress(payload, mtime=0) if compression else payload
+        name = f"doc.{kind}" + (".gz" if compression else "")
+        outcome, docs = read_corpus_file(tmp_path / "c", name, data, kind, compression)
+        out = tmp_path / f"d{variant}"
+        try:
+            prepare_dataset(
+                tmp_path / "c", out, tokenizer=tokenizer_file, val_fraction=0.0, workers=1, progress=False
+            )
+        except ValueError as error:
+            assert not docs and "no valid document" in str(error) and str(tmp_path / "c") in str(error)
+            outcomes["error"] += 1
+            continue
+        assert shard_documents(out, tokenizer) == docs, f"variant {variant} ({how.__name__})"
+        outcomes[outcome] += 1
+    record("prepare-end-to-end", outcomes)
+    assert sum(outcomes.values()) == 40
+
+
+# -- manifests and the prepare journal ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepared(tokenizer_file, tmp_path_factory):
+    """A small dataset, and the journal of the same preparation interrupted after its third shard."""
+    rng = random.Random("prepared")
+    root = tmp_path_factory.mktemp("corpus")
+    for i in range(6):
+        (root / f"book{i}.txt").write_text("".join(base_txt(rng) for _ in range(8)), encoding="utf-8")
+    kwargs = dict(
+        tokenizer=tokenizer_file,
+        workers=1,
+        shard_tokens=1500,
+        val_section_chars=2_000,
+        val_fraction=0.2,
+        progress=False,
+    )
+    complete = tmp_path_factory.mktemp("complete")
+    manifest = prepare_dataset(root, complete, **kwargs)
+    interrupted = tmp_path_factory.mktemp("interrupted")
+    import tablefree.data.prepare as prepare
+
+    original, calls = prepare.SplitWriter._write, []
+
+    def crash_after_three(self, on_shard):
+        if len([c for c in calls if c]) >= 3:
+            raise KeyboardInterrupt
+        calls.append(True)
+        original(self, on_shard)
+
+    prepare.SplitWriter._write = crash_after_three
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            prepare_dataset(root, interrupted, **kwargs)
+    finally:
+        prepare.SplitWriter._write = original
+    assert (interrupted / STATE_FILE).exists()
+    return root, complete, manifest, interrupted, kwargs
+
+
+def json_paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from json_paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from json_paths(value, (*prefix, i))
+
+
+def mutate_json(rng: random.Random, text: str) -> tuple[bytes, str]:
+    """A damaged JSON file: bytes truncated or flipped, a field deleted, a wrong type, a huge number, deep
+    nesting, blank lines, bytes that are not UTF-8, or a byte-order mark."""
+    kind = rng.choice(["truncate", "flip", "delete", "type", "huge", "nest", "blank", "non-utf8", "bom"])
+    data = text.encode()
+    if kind == "truncate":
+        return truncate(rng, data), kind
+    if kind == "flip":
+        return flip(rng, data), kind
+    if kind == "non-utf8":
+        return non_utf8(rng, data), kind
+    if kind == "bom":
+        return rng.choice([codecs.BOM_UTF8 + data, text.encode("utf-16")]), kind
+    if kind == "blank":
+        return empty_lines(rng, data), kind
+    tree = json.loads(text)
+    path = rng.choice([p for p in json_paths(tree) if p])
+    parent = tree
+    for key in path[:-1]:
+        parent = parent[key]
+    last = path[-1]
+    if kind == "delete":
+        del parent[last]
+        return json.dumps(tree, indent=2).encode(), f"{kind} {'.'.join(map(str, path))}"
+    if kind == "type":
+        parent[last] = rng.choice(["x", -1, 2.5, None, True, [], {}, 2**70])
+        return json.dumps(tree, indent=2).encode(), f"{kind} {'.'.join(map(str, path))}"
+    marker = "__HERE__"
+    parent[last] = marker
+    dumped = json.dumps(tree, indent=2)
+    value = "9" * 5000 if kind == "huge" else "[" * 100_000 + "]" * 100_000
+    return dumped.replace(f'"{marker}"', value).encode(), f"{kind} {'.'.join(map(str, path))}"
+
+
+def use_dataset(data_dir: Path) -> str:
+    """Everything that reads a prepared dataset; returns 'read' or 'skip' (problems reported by verify)."""
+    read_manifest(data_dir)
+    for split in ("train", "val"):
+        loader = TokenLoader.from_dir(data_dir, split, seq_len=16, batch_size=2, shuffle=False)
+        loader.batch(0)
+    document_bounds(data_dir, "val")
+    validation_documents(data_dir)
+    check = verify_dataset(data_dir)
+    return "read" if check.ok else "skip"
+
+
+def test_fuzz_manifests(prepared, tmp_path) -> None:
+    _, complete, manifest, _, _ = prepared
+    text = (complete / "manifest.json").read_text()
+    rng = random.Random("manifest")
+    outcomes: Counter = Counter()
+    work = tmp_path / "d"
+    shutil.copytree(complete, work)
+    for variant in range(150):
+        data, label = mutate_json(rng, text)
+        (work / "manifest.json").write_bytes(data)
+        try:
+            outcome = use_dataset(work)
+        except (ValueError, FileNotFoundError) as error:
+            message = str(error)
+            assert "manifest.json" in message or ".bin" in message, f"variant {variant} ({label}): {message}"
+            if "malformed JSON" in message and "nested" not in message and "digit" not in message:
+                assert "line" in message, f"variant {variant} ({label}): {message}"
+            outcomes["error"] += 1
+            continue
+        except Exception as error:
+            raise AssertionError(f"variant {variant} ({label}): {type(error).__name__}: {error}") from error
+        if outcome == "read":  # accepted: must read the dataset as the intact manifest does
+            got = read_manifest(work)
+            for split in ("train", "val"):
+                assert [s["file"] for s in got["splits"][split]["shards"]] == [
+                    s["file"] for s in manifest["splits"][split]["shards"]
+                ], f"variant {variant} ({label})"
+            assert document_bounds(work, "val").tolist() == [
+                *manifest["splits"]["val"]["document_starts"],
+                manifest["splits"]["val"]["tokens"],
+            ], f"variant {variant} ({label})"
+        outcomes[outcome] += 1
+    record("manifest", outcomes)
+    assert sum(outcomes.values()) == 150 and outcomes["error"] and outcomes["read"]
+
+
+def test_fuzz_prepare_journal(prepared, tmp_path) -> None:
+    root, _complete, manifest, interrupted, kwargs = prepared
+    text = (interrupted / STATE_FILE).read_text()
+    expected = {s["sha256"] for split in manifest["splits"].values() for s in split["shards"]}
+    rng = random.Random("journal")
+    outcomes: Counter = Counter()
+    for variant in range(60):
+        work = tmp_path / f"j{variant}"
+        shutil.copytree(interrupted, work)
+        data, label = mutate_json(rng, text)
+        (work / STATE_FILE).write_bytes(data)
+        try:
+            got = prepare_dataset(root, work, **kwargs)
+        except (ValueError, FileNotFoundError) as error:
+            assert STATE_FILE in str(error), f"variant {variant} ({label}): {error}"
+            outcomes["error"] += 1
+            continue
+        except Exception as error:
+            raise AssertionError(f"variant {variant} ({label}): {type(error).__name__}: {error}") from error
+        # accepted: the resumed dataset is exactly the uninterrupted one
+        assert {s["sha256"] for split in got["splits"].values() for s in split["shards"]} == expected, (
+            f"variant {variant} ({label})"
+        )
+        assert got["splits"]["val"]["document_starts"] == manifest["splits"]["val"]["document_starts"]
+        assert verify_dataset(work).ok
+        outcomes["read"] += 1
+        shutil.rmtree(work)
+    record("prepare-journal", outcomes)
+    assert sum(outcomes.values()) == 60 and outcomes["error"] and outcomes["read"]
