@@ -46,6 +46,17 @@ MIN_REPEATS = 3
 # CPU feature flags of native bf16 dot products (x86: AVX-512 BF16 and AMX; Arm: the BF16 extension).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
+# Dense bf16 datasheet peaks (no sparsity), for reference next to the measured ceiling; most specific names first.
+DATASHEET_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "A10": 125e12,
+}
+
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -60,6 +71,14 @@ def device_name(device: torch.device) -> str:
         return torch.cuda.get_device_name(device)
     flags = cpu_bf16_flags()
     return f"{cpu_model_name()} ({'+'.join(flags) if flags else 'no native bf16'})"
+
+
+def datasheet_bf16_flops(device: torch.device) -> float | None:
+    """The vendor's dense bf16 peak for a known GPU (None for CPUs and unknown GPUs)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((value for key, value in DATASHEET_BF16_FLOPS.items() if key in name), None)
 
 
 def cpu_model_name() -> str:

@@ -42,7 +42,7 @@ from tablefree.checkpoint import META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
-from tablefree.hardware import Ceiling
+from tablefree.hardware import Ceiling, datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
@@ -538,6 +538,7 @@ class Trainer:
             "tflops_per_device": self.flops_per_token * tokens_per_s / self.info.world_size / 1e12,
             "flops_per_token": self.flops_per_token,
             "peak_flops_per_device": self.peak_flops,
+            "datasheet_bf16_flops_per_device": datasheet_bf16_flops(self.device),
             "peak_flops_source": {
                 "source": self.ceiling.source,
                 "dtype": self.ceiling.dtype,
