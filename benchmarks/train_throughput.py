@@ -229,9 +229,11 @@ def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens:
     if val_tokens is None:
         val_tokens = 4 * tokens // 100 + 4096
     for split, count in (("train", tokens), ("val", val_tokens)):
-        write_shard(directory / f"{split}_000000.bin", rng.integers(0, vocab, count), vocab)
+        shard = directory / f"{split}_000000.bin"
+        write_shard(shard, rng.integers(0, vocab, count), vocab)
+        digest = hashlib.sha256(shard.read_bytes()).hexdigest()
         splits[split] = {
-            "shards": [{"file": f"{split}_000000.bin", "tokens": count, "sha256": ""}],
+            "shards": [{"file": shard.name, "tokens": count, "sha256": digest}],
             "tokens": count,
             "documents": 1,
         }

@@ -186,7 +186,10 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
 
 def test_markdown_section_can_be_embedded_at_another_level(setup):
     _, data, canonical, _ = setup
-    result = run_analysis(canonical, data=data, positions=512)
+    result = run_analysis(canonical, data=data, positions=512, embedding_tokens=30)
+    assert (
+        result["embeddings"]["tokens"] == 30 and "the 30 most frequent" in result["embeddings"]["token_set"]
+    )
     section = analysis_markdown(result, level=3, figures="runs/x/analysis/figures", title="canonical, seed 0")
     assert section.startswith("### canonical, seed 0\n")
     assert "#### Per layer" in section and "](runs/x/analysis/figures/probes.png)" in section
@@ -254,7 +257,7 @@ def test_sweep_reference_is_the_learned_run_of_the_same_seed_or_the_next_seed_fo
 def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, tmp_path):
     from types import SimpleNamespace
 
-    from tablefree.analysis.sweep import analyze_runs, sweep_analysis_markdown
+    from tablefree.analysis.sweep import analyze_runs, sweep_analysis, sweep_analysis_markdown
 
     _, data, _, _ = setup
     runs = []
@@ -270,14 +273,16 @@ def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, 
         "learned-s0": "skipped",
         "canonical-s0": "skipped",
     }
-    section = sweep_analysis_markdown(runs, tmp_path, level=2)
+    summary = sweep_analysis(runs, tmp_path)
+    assert json.loads(json.dumps(summary)) == summary  # JSON-ready, for report.json
+    section = sweep_analysis_markdown(summary, level=2)
     probe_table = section.split("**Canonical-bit probe accuracy (mean over bits)**")[1]
     assert "| layer | `learned` | `canonical` |" in probe_table
     assert "| 0 | " in probe_table and " | 100.0% |\n" in probe_table.split("| 1 |")[0]
     cka_table = section.split("**Linear CKA")[1].split("\n**")[0]
     assert "| layer | `canonical` |" in cka_table  # one learned seed: no learned-vs-learned ceiling
     assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in section
-    assert sweep_analysis_markdown(runs[2:], tmp_path) == ""
+    assert sweep_analysis(runs[2:], tmp_path) is None and sweep_analysis_markdown(None) == ""
 
 
 def test_code_sets_add_the_interface_code_only_when_it_differs_from_the_canonical_bits():
@@ -292,3 +297,55 @@ def test_code_sets_add_the_interface_code_only_when_it_differs_from_the_canonica
         )
     }
     assert names == {"msb": ["canonical"], "affine": ["canonical", "interface"], "learned": ["canonical"]}
+
+
+@pytest.mark.slow
+def test_compare_with_analysis_true_adds_the_section_to_the_report(tmp_path):
+    from tablefree.compare import CompareConfig, run_sweep
+    from tablefree.config import from_dict
+
+    data = make_dataset(tmp_path / "data", vocab_size=VOCAB, train_tokens=6_000, val_tokens=3_000, shards=1)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["val"]["document_starts"] = [0]  # one validation document (the evaluation reads them)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    recipe = {
+        "model": {
+            "preset": "tiny",
+            "d_model": 32,
+            "n_layers": 1,
+            "n_heads": 2,
+            "d_ff": 64,
+            "max_seq_len": 32,
+        },
+        "budget": "2 steps",
+        "batch_tokens": 128,
+        "micro_batch": 4,
+        "seq_len": 32,
+        "schedule": {"name": "cosine", "warmup_steps": 1},
+        "val_batches": 1,
+    }
+    config = from_dict(
+        CompareConfig,
+        {
+            "name": "toy",
+            "train": recipe,
+            "dataset": {"dir": str(data)},
+            "interfaces": ["learned", "canonical"],
+            "seeds": [0],
+            "eval": {"tasks": ["validation"], "val_limit": 4, "device": "cpu"},
+            "out": str(tmp_path / "sweep"),
+            "bootstrap": 200,
+            "analysis": True,
+        },
+    )
+    result = run_sweep(config, log=lambda _: None)
+    assert result["analysis"] == {"learned-s0": "done", "canonical-s0": "done"}
+    analysed = json.loads((tmp_path / "sweep/runs/canonical-s0/analysis/analysis.json").read_text())
+    assert analysed["reference"]["interface"] == "learned"
+    report = (tmp_path / "sweep" / "report.md").read_text()
+    assert "## Analysis: what the layers build from the input" in report
+    assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in report
+    assert (
+        json.loads((tmp_path / "sweep" / "report.json").read_text())["analysis"]["runs"][1]["run"]
+        == "canonical-s0"
+    )

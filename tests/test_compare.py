@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 import matplotlib.image
+import numpy as np
 import pytest
 
 from tablefree.compare import CompareConfig, load_compare_config, run_recipe, run_sweep
@@ -80,6 +81,7 @@ def test_run_recipe_changes_only_interface_and_seed() -> None:
     assert base["model"]["interface"]["name"] == "learned"  # the base recipe is not modified
 
 
+@pytest.mark.slow
 def test_sweep_reports_survives_a_failure_and_resumes(
     dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,3 +226,143 @@ def test_read_jsonl_drops_only_a_torn_last_line(tmp_path: Path) -> None:
     path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl:2: malformed JSON line"):
         read_jsonl(path)
+
+
+def test_the_whole_sweep_is_checked_before_anything_trains(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trained: list[str] = []
+    monkeypatch.setattr(trainer, "train", lambda config, run_dir, resume=False: trained.append(run_dir))
+    config = sweep_config(dataset, tmp_path / "bad-option", None)
+    config.interfaces = ["learned", "canonical"]
+    config.train = {**RECIPE, "model": {**RECIPE["model"], "interface": {"lift": "sideways"}}}
+    with pytest.raises(ValueError, match=r"recipe of (learned|canonical)-s0\b.*lift"):
+        run_sweep(config, log=lambda _: None)
+    assert trained == [] and not (tmp_path / "bad-option" / "runs").exists()
+    data = {"train": RECIPE, "dataset": {"dir": str(dataset)}, "eval": {"limit": 0}}
+    with pytest.raises(ValueError, match=r"eval\.limit: expected a positive number"):
+        from_dict(CompareConfig, data)
+    data["eval"] = {"tasks": ["validation", "hellaswag"], "data_dir": str(tmp_path / "nowhere")}
+    with pytest.raises(FileNotFoundError, match=r"eval\.data_dir=DIR"):
+        run_sweep(from_dict(CompareConfig, {**data, "out": str(tmp_path / "o")}), log=lambda _: None)
+    assert trained == []
+
+
+def test_grid_plans_every_point(dataset: Path, tmp_path: Path) -> None:
+    from tablefree.compare import plan_runs
+
+    config = sweep_config(dataset, tmp_path, None)
+    config.grid = from_dict(
+        CompareConfig,
+        {"grid": {"budget": ["4 steps", "8 steps"], "model": [{"d_model": 32}, {"d_model": 64}]}},
+    ).grid
+    plans = plan_runs(config)
+    points = list(dict.fromkeys(plan.point for plan in plans))
+    assert points == ["d32-4steps", "d32-8steps", "d64-4steps", "d64-8steps"]
+    assert len(plans) == 4 * 2 * 2
+    first = plans[0]
+    assert first.directory == tmp_path / "runs" / "d32-4steps" / "learned-s0"
+    assert (first.recipe["budget"], first.recipe["model"]["d_model"], first.recipe["model"]["n_layers"]) == (
+        "4 steps",
+        32,
+        1,
+    )
+
+
+@pytest.mark.slow
+def test_grid_sweep_reports_the_gap_at_each_point(dataset: Path, tmp_path: Path) -> None:
+    config = sweep_config(dataset, tmp_path / "grid", None)
+    config.grid = from_dict(CompareConfig, {"grid": {"budget": ["4 steps", "8 steps"]}}).grid
+    result = run_sweep(config, log=lambda _: None)
+    assert set(result["runs"].values()) == {"done"} and len(result["runs"]) == 8
+    report = result["report"]
+    assert [row["point"] for row in report["statistics"]["grid"]] == ["4steps", "8steps"]
+    tokens = [row["interfaces"]["learned"]["tokens"] for row in report["statistics"]["grid"]]
+    assert tokens == [2048.0, 4096.0]
+    assert {c["point"] for c in report["statistics"]["comparisons"]} == {"4steps", "8steps"}
+    assert any(figure["path"] == "figures/scaling.png" for figure in report["figures"])
+    assert "## Grid" in (tmp_path / "grid" / "report.md").read_text()
+    # the report is rebuilt from the files alone, grid points included
+    from tablefree.report import build_report
+
+    rebuilt = build_report(tmp_path / "grid", n_boot=200)
+    assert [c["sentence"] for c in rebuilt["statistics"]["comparisons"]] == [
+        c["sentence"] for c in report["statistics"]["comparisons"]
+    ]
+
+
+def test_per_document_validation_losses_add_up(dataset: Path, tmp_path: Path) -> None:
+    from tablefree.data.loader import document_bounds
+    from tablefree.evaluate.validation import DocumentTally
+
+    tally = DocumentTally(str(dataset), seq_len=64)
+    nats = np.arange(3 * 64, dtype=np.float64).reshape(3, 64)
+    tally.add(0, nats[:2])
+    tally.add(2, nats[2:])
+    out = tally.as_dict()
+    assert sum(out["tokens"]) == 3 * 64 and sum(out["nats"]) == pytest.approx(nats.sum())
+    bounds = document_bounds(str(dataset), "val")
+    # target token p (p = 1 … 192) lies in document j when bounds[j] <= p < bounds[j + 1]
+    expected = np.bincount(
+        np.searchsorted(bounds, np.arange(1, 193), side="right") - 1, minlength=len(bounds) - 1
+    )
+    assert out["tokens"] == expected.tolist()
+
+
+def _comparison(metric: str, estimate: float, low: float | None, high: float | None, verdict: str) -> dict:
+    return {
+        "point": "",
+        "metric": metric,
+        "a": "learned",
+        "b": "canonical",
+        "higher_is_better": metric != "validation/val_loss",
+        "estimate": estimate,
+        "low": low,
+        "high": high,
+        "verdict": verdict,
+    }
+
+
+def test_differences_figure_draws_ties_at_true_scale() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from tablefree.report.figures import _differences
+
+    report = {
+        "metrics": {},
+        "statistics": {
+            "comparisons": [
+                _comparison(
+                    "piqa/acc", -2e-17, -5e-17, 0.0, "at chance"
+                ),  # floating-point noise around a tie
+                _comparison("validation/val_loss", 0.3, 0.2, 0.4, "resolved"),
+            ]
+        },
+    }
+    figure = _differences([], report, {"learned": "b", "canonical": "o"})
+    piqa, validation = figure.axes[:2]
+    figure.canvas.draw()
+    assert piqa.get_xaxis().get_offset_text().get_text() == ""  # no "1e−17" offset label
+    assert piqa.get_xlim() == pytest.approx((-1.15, 1.15))  # an all-tie axis, not a magnified −5…0 bar
+    assert any("tie" in text.get_text() for text in piqa.texts)
+    assert validation.get_xlim() == pytest.approx((-0.46, 0.46))
+
+
+def test_one_seed_results_show_no_spread() -> None:
+    from tablefree.report.markdown import _metrics
+
+    cell = {"mean": 6.1, "std": None, "n": 1, "values": {0: 6.1}}
+    report = {
+        "interfaces": ["learned"],
+        "points": [
+            {
+                "name": "",
+                "metrics": {
+                    "validation/val_loss": {"higher_is_better": False, "per_interface": {"learned": cell}}
+                },
+            }
+        ],
+    }
+    text = _metrics(report)
+    assert "| validation/val_loss ↓ | 6.1 [s0: 6.1] |" in text and "±" not in text.split("\n", 3)[3]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tablefree.demo import gather_default_corpus
 
 
+@pytest.mark.slow  # gathers the corpus twice
 def test_default_corpus_is_deterministic_and_substantial(tmp_path: Path) -> None:
     first = gather_default_corpus(tmp_path / "a" / "docs.jsonl")
     second = gather_default_corpus(tmp_path / "b" / "docs.jsonl")
@@ -28,6 +31,7 @@ def test_default_corpus_is_deterministic_and_substantial(tmp_path: Path) -> None
     assert json.loads((tmp_path / "a" / "corpus.json").read_text())["sha256"] == first["sha256"]
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> None:
     from pydoc_data.topics import topics
 
@@ -38,9 +42,8 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
         "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
     )
     toy = {
-        **demo.DEMO_RECIPE,
+        **demo.DEMO_OVERRIDES,
         "model": {
-            "preset": "tiny",
             "d_model": 32,
             "n_layers": 1,
             "n_heads": 2,
@@ -55,15 +58,18 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
         "val_every": 3,
         "checkpoint_every": 3,
     }
-    monkeypatch.setattr(demo, "DEMO_RECIPE", toy)
+    monkeypatch.setattr(demo, "DEMO_OVERRIDES", toy)
     monkeypatch.setattr(demo, "DEMO_VOCAB_SIZE", 512)
     monkeypatch.setenv("TABLEFREE_EVAL_DATA", str(tmp_path / "no-evals"))
     lines: list[str] = []
-    result = demo.run_demo(corpus=corpus, out=tmp_path / "demo", log=lines.append)
+    result = demo.run_demo(corpus=corpus, out=tmp_path / "demo", seeds=[0, 1], log=lines.append)
 
-    # two seeds by default, so the report's differences get intervals
     assert result["runs"] == {f"{i}-s{s}": "done" for i in ("learned", "canonical", "affine") for s in (0, 1)}
-    assert len(result["summary"]) == 3
+    # the shipped tiny recipe (package data), with the demo's changes
+    recipe = json.loads(json.dumps(result["report"]["train_config"]))
+    assert recipe["optim"]["lr"] == 2.0e-3 and recipe["batch_tokens"] == 1024 and recipe["seq_len"] == 128
+    assert len(result["summary"]) == 3 + 3  # + one validation sentence per pair
+    assert result["summary"][3].startswith("learned vs canonical: ")
     assert result["summary"][0].startswith("validation loss") and "affine" in result["summary"][0]
     assert "canonical" in result["summary"][1] and "%" in result["summary"][1]
     markdown = (tmp_path / "demo" / "report.md").read_text()

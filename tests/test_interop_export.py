@@ -301,3 +301,152 @@ def test_model_cards_of_the_ablation_interfaces(tmp_path, tokenizer_path):
         card = (tmp_path / f"{case}-hf" / "README.md").read_text()
         assert phrase in card, case
         assert ("**not trained**" in card) == (case != "projected"), case
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Import of damaged or lying directories: the project's own error, naming the file, before any allocation
+
+
+def _export(tmp_path, tokenizer_path, case="affine-gqa"):
+    make_checkpoint(tmp_path / "ck", _config(case), tokenizer_path)
+    export_hf(tmp_path / "ck", tmp_path / "hf")
+    return tmp_path / "hf"
+
+
+def _edit_config(hf, **changes):
+    config = json.loads((hf / "config.json").read_text())
+    config.update(changes)
+    (hf / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            dict(hidden_size=128, head_dim=32),
+            r"model.safetensors: tensor 'model.embed_tokens.weight' has shape \[400, 64\]",
+        ),
+        (
+            dict(vocab_size=500),
+            r"model.safetensors: tensor 'model.embed_tokens.weight' has shape \[400, 64\].*\[500, 64\]",
+        ),
+        (dict(intermediate_size=80), r"model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight'"),
+        (
+            dict(num_key_value_heads=4),
+            r"model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' has shape \[32, 64\]",
+        ),
+        (
+            dict(num_hidden_layers=3),
+            r"model.safetensors: weight 'model.layers.2.self_attn.q_proj.weight' missing",
+        ),
+        (dict(num_hidden_layers=1), r"unexpected weights \['model.layers.1"),
+        (
+            dict(max_position_embeddings=1e6),
+            r"config.json: max_position_embeddings = 1000000: expected a whole number from 1 to 262,144",
+        ),
+        (dict(hidden_size=-64), r"config.json: hidden_size = -64: expected a whole number"),
+        (dict(vocab_size=10**12), r"config.json: vocab_size = 1000000000000: expected a whole number"),
+        (dict(num_attention_heads="4"), r"config.json: num_attention_heads = '4': expected a whole number"),
+        (dict(num_attention_heads=True), r"config.json: num_attention_heads = True"),
+        (dict(rms_norm_eps="tiny"), r"config.json: rms_norm_eps = 'tiny': expected a positive number"),
+        (dict(num_attention_heads=3), r"config.json: head_dim 21 × 3 heads != hidden_size 64"),
+    ],
+)
+def test_import_refuses_a_config_that_disagrees_with_the_weights(
+    tmp_path, tokenizer_path, monkeypatch, changes, message
+):
+    hf = _export(tmp_path, tokenizer_path)
+    _edit_config(hf, **changes)
+    if "head_dim" in message:
+        _edit_config(hf, head_dim=None)
+    if "unexpected" not in message:  # checked from the headers alone: no tensor is ever loaded
+        monkeypatch.setattr("tablefree.export.load_file", lambda *a, **k: pytest.fail("loaded a tensor"))
+    with pytest.raises(ValueError, match=message):
+        import_hf(hf, tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+def test_import_refuses_a_tensor_of_the_wrong_shape(tmp_path, tokenizer_path):
+    hf = _export(tmp_path, tokenizer_path)
+    weights = load_file(str(hf / "model.safetensors"))
+    weights["model.layers.1.mlp.down_proj.weight"] = weights["model.layers.1.mlp.down_proj.weight"][
+        :, :50
+    ].contiguous()
+    save_file(weights, str(hf / "model.safetensors"))
+    with pytest.raises(
+        ValueError,
+        match=r"model.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' has shape \[64, 50\], but config.json .* implies \[64, 96\]",
+    ):
+        import_hf(hf, tmp_path / "back")
+
+
+def test_import_fuzz_over_corrupted_export_directories(tmp_path, tokenizer_path):
+    """Seeded corruptions of every file import reads: truncations anywhere, flipped bytes in the headers, a
+    truncated config.json. Each must end in the project's own error naming the damaged
+    file, or (a harmless flip, e.g. in the header's metadata) in an import identical to the clean one."""
+    import random
+    import shutil
+
+    clean = _export(tmp_path, tokenizer_path, case="affine")
+    import_hf(clean, tmp_path / "reference")
+    reference, _ = load_model(tmp_path / "reference")
+    rng = random.Random(12)
+    outcomes = {"error naming the file": 0, "harmless": 0}
+    targets = ["model.safetensors", "tablefree_interface.safetensors", "config.json"]
+    for trial in range(60):
+        hf = tmp_path / f"v{trial}"
+        shutil.copytree(clean, hf)
+        name = targets[trial % len(targets)]
+        path = hf / name
+        data = bytearray(path.read_bytes())
+        header_end = 8 + int.from_bytes(data[:8], "little") if name.endswith(".safetensors") else len(data)
+        if trial % 2 == 0 or name == "config.json":  # config.json is the authority: a flip there can be valid
+            del data[rng.randrange(0, len(data)) :]  # truncate
+        else:
+            for _ in range(rng.randint(1, 4)):  # flip bytes of the header (the data cannot be checked)
+                data[rng.randrange(0, header_end)] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data))
+        try:
+            import_hf(hf, tmp_path / f"back{trial}")
+        except (ValueError, FileNotFoundError) as error:
+            assert name in str(error), (trial, name, str(error))
+            outcomes["error naming the file"] += 1
+            continue
+        restored, _ = load_model(tmp_path / f"back{trial}")
+        assert restored.config == reference.config, (trial, name)
+        assert all(torch.equal(v, reference.state_dict()[k]) for k, v in restored.state_dict().items()), trial
+        outcomes["harmless"] += 1
+    assert outcomes["error naming the file"] >= 45, outcomes
+
+
+def test_import_refuses_a_singular_recorded_affine_map(tmp_path, tokenizer_path):
+    hf = _export(tmp_path, tokenizer_path, case="affine")
+    state = load_file(str(hf / "tablefree_interface.safetensors"))
+    state["affine_matrix"][0] = state["affine_matrix"][1]
+    save_file(state, str(hf / "tablefree_interface.safetensors"))
+    with pytest.raises(
+        ValueError,
+        match=r"tablefree_interface.safetensors: the recorded affine interface's state is invalid: .*singular",
+    ):
+        import_hf(hf, tmp_path / "back")
+
+
+def test_export_of_a_damaged_checkpoint_names_the_file(tmp_path, tokenizer_path):
+    """A truncated model.safetensors, or a config.json whose sizes disagree with the weights, in the source
+    checkpoint: the project's error naming the file, not a torch traceback."""
+    make_checkpoint(tmp_path / "ck", _config("canonical"), tokenizer_path)
+    weights = tmp_path / "ck" / "model.safetensors"
+    intact = weights.read_bytes()
+    weights.write_bytes(intact[: len(intact) // 2])
+    with pytest.raises(ValueError, match=r"ck/model.safetensors: tensor .* ends at byte .*truncated"):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    weights.write_bytes(intact)
+    config = json.loads((tmp_path / "ck" / "config.json").read_text())
+    config["model"]["d_ff"] = 128
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError,
+        match=r"model.safetensors: tensor 'layers.0.mlp.w1.weight' has shape \[96, 64\], but .*config.json implies \[128, 64\]",
+    ):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

@@ -169,3 +169,48 @@ def test_checkpoint_records_the_resolved_affine_seed(tmp_path) -> None:
     assert read_model_config(tmp_path / "ck").interface.affine_seed == 9
     loaded, _ = load_model(tmp_path / "ck")
     assert torch.equal(loaded.input.affine_matrix, model.input.affine_matrix)
+
+
+def test_params_cli_all_interfaces_and_options() -> None:
+    import contextlib
+    import io
+
+    from tablefree.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["params", "--preset", "paper-1.7b", "--interface", "all", "--json"]) == 0
+    rows = {row["interface"]: row for row in json.loads(out.getvalue())}
+    assert rows["projected"]["input_interface"] == 32_768
+    assert rows["learned"]["total_trainable"] == 1_812_039_680
+    assert rows["gaussian"]["total_trainable"] == rows["hashed"]["total_trainable"] == 1_711_376_384
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        args = ["params", "--preset", "tiny", "--interface", "projected", "--option", "code=affine", "--json"]
+        assert main(args) == 0
+    assert json.loads(out.getvalue())["input_interface"] == 12 * 128
+    assert main(["params", "--preset", "tiny", "--interface", "affine", "--option", "lfit=tile"]) == 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.interface.affine_seed=3", "model.interface=affine"],
+        ["model.interface=affine", "model.interface.affine_seed=3"],
+    ],
+)
+def test_interface_overrides_in_either_order(overrides: list[str]) -> None:
+    from tablefree.train.config import load_train_config
+
+    config = load_train_config(None, overrides)
+    assert config.model.interface.name == "affine" and config.model.interface.affine_seed == 3
+    assert config.model.build(300, seed=0).interface.affine_seed == 3
+
+
+def test_unknown_interface_on_the_command_line_names_the_override() -> None:
+    from tablefree.train.config import load_train_config
+
+    with pytest.raises(
+        ValueError, match=r"'model.interface=canonicl'.*model.interface.name: unknown interface"
+    ):
+        load_train_config(None, ["model.interface=canonicl"])

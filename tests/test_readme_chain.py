@@ -26,7 +26,7 @@ TINY = {
     ("train",): [
         "budget=4096",
         "batch_tokens=1024",
-        "micro_batch=4",
+        "micro_batch=2",
         "schedule.warmup_steps=1",
         "val_batches=2",
     ],

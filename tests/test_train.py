@@ -86,14 +86,19 @@ def test_run_directory_format(data_dir, tmp_path) -> None:
         0
     ].keys()
     assert [r["tokens"] for r in train_records] == [256 * s for s in range(1, 7)]
-    assert [r["step"] for r in records if "val_loss" in r] == [3, 6]
+    assert [r["step"] for r in records if "val_loss_estimate" in r] == [3, 6]
+    assert all(
+        r["val_windows"] == 2 * 4 for r in records if "val_loss_estimate" in r
+    )  # val_batches × micro_batch
     assert train_records[-1]["train_loss"] < train_records[0]["train_loss"]
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     assert summary["completed"] and summary["tokens_seen"] == 6 * 256 and summary["interface"] == "learned"
     assert summary["final_train_loss"] == train_records[-1]["train_loss"]
     assert summary["params"]["total_trainable"] == summary["params"]["non_embedding"] + 96 * 32
-    for key in ("wall_time_s", "tokens_per_s", "final_val_loss", "seed"):
+    assert summary["final_val_loss_estimate"] == records[-1]["val_loss_estimate"]
+    assert summary["val_estimate_windows"] == 8
+    for key in ("wall_time_s", "tokens_per_s", "seed"):
         assert key in summary
     # checkpoints: the last two kept, each complete and loadable by the evaluation side
     steps = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
@@ -157,31 +162,39 @@ def test_malicious_pickle_is_refused_and_never_runs(data_dir, tmp_path) -> None:
     state["loader"] = WritesAFile(str(marker))
     with open(checkpoint / checkpointing.TRAIN_STATE_FILE, "wb") as handle:
         pickle.dump(state, handle, protocol=2)
+    # with its digest recorded, as an attacker who rewrote COMPLETE too would (else the digest refuses it)
+    complete = {"complete": True, "sha256": checkpointing.file_digests(checkpoint)}
+    (checkpoint / "COMPLETE").write_text(json.dumps(complete))
     with pytest.raises(ValueError, match="refused to load"):
         checkpointing.load_train_state(checkpoint)
     with pytest.raises(ValueError, match="refused to load"):
-        train(micro_config(data_dir, budget="4 steps"), run_dir, resume=True)
+        train(micro_config(data_dir, budget="2 steps"), run_dir, resume=True)
     assert not marker.exists()
 
 
 def test_resume_refuses_a_changed_experiment_or_tokenizer(data_dir, tmp_path) -> None:
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="2 steps"), run_dir)
-    with pytest.raises(ValueError, match="--resume: seed differs"):
+    with pytest.raises(ValueError, match=r"(?s)different experiment.*seed: 0 recorded, 3 now"):
         train(micro_config(data_dir, budget="4 steps", seed=3), run_dir, resume=True)
     meta_path = checkpointing.latest_checkpoint(run_dir) / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta["tokenizer_hash"] = "0" * 64
     meta_path.write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match="tokenizer hash"):
-        train(micro_config(data_dir, budget="4 steps"), run_dir, resume=True)
+    complete = {"complete": True, "sha256": checkpointing.file_digests(meta_path.parent)}
+    (meta_path.parent / "COMPLETE").write_text(json.dumps(complete))  # a whole checkpoint, other tokenizer
+    with pytest.raises(ValueError, match=r"is not tokenized like the one this run was trained on"):
+        train(micro_config(data_dir, budget="2 steps"), run_dir, resume=True)
 
 
 def test_resume_continues_in_process_and_extends_the_budget(data_dir, tmp_path) -> None:
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="3 steps", **{"schedule.name": "constant"}), run_dir)
     summary = train(
-        micro_config(data_dir, budget="5 steps", **{"schedule.name": "constant"}), run_dir, resume=True
+        micro_config(data_dir, budget="5 steps", **{"schedule.name": "constant"}),
+        run_dir,
+        resume=True,
+        allow_change=["budget"],
     )
     assert summary["completed"] and summary["step"] == 5 and summary["tokens_seen"] == 5 * 256
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -195,12 +208,16 @@ def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_
     saved = torch.load(path, weights_only=True)
     assert {f.name for f in dataclasses.fields(trainer.TrainState)} <= saved.keys()
     assert "schedule" not in saved and "world_size" not in saved  # never read, so no longer written
-    assert saved["step"] == 2 and saved["best_val_loss"] == saved["last_val_loss"] is not None
-    # a checkpoint written before the state was explicit carries both keys: it still resumes
+    assert (
+        saved["step"] == 2 and saved["best_val_loss_estimate"] == saved["last_val_loss_estimate"] is not None
+    )
+    # a checkpoint written before the state was explicit carries both keys (and no digests): it still resumes
     saved.update(schedule={"name": "cosine", "step": 2}, world_size=1)
-    del saved["best_val_loss"]
+    saved["last_val_loss"] = saved.pop("last_val_loss_estimate")  # the older name
+    del saved["best_val_loss_estimate"], saved["skipped_steps"]
     torch.save(saved, path)
-    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True)
+    (path.parent / "COMPLETE").write_text('{"complete": true}')
+    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True, allow_change=["budget"])
     assert summary["completed"] and summary["step"] == 3
 
 
@@ -235,7 +252,7 @@ def test_metrics_go_to_tensorboard_when_it_is_installed(monkeypatch, data_dir, t
     train(micro_config(data_dir, budget="2 steps"), tmp_path / "run")
     losses = train_losses(tmp_path / "run")
     assert [(s, v) for tag, s, v in scalars if tag == "train_loss"] == list(losses.items())
-    assert any(tag == "val_loss" for tag, _, _ in scalars)
+    assert any(tag == "val_loss_estimate" for tag, _, _ in scalars)
     assert scalars[-1] == ("closed", str(tmp_path / "run" / "tensorboard"), None)
 
 

@@ -26,6 +26,7 @@ from tablefree.config import ModelConfig, from_dict, to_dict
 from tablefree.device import resolve_device
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
 from tablefree.model import TablefreeLM
+from tablefree.safetensors_header import check_model_weights
 
 COMPLETE_MARKER = "COMPLETE"
 MODEL_FILE = "model.safetensors"
@@ -120,6 +121,8 @@ def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tu
 
         read_model_state(directory, model)
         return model.eval(), directory
+    # Sizes and a truncated file are checked from the header before the weights are read.
+    check_model_weights(directory / MODEL_FILE, model, directory / CONFIG_FILE)
     state = load_file(str(directory / MODEL_FILE), device=str(device))
     model.load_state_dict(state, strict=True)
     return model.eval(), directory

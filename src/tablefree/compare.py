@@ -145,6 +145,7 @@ class CompareConfig:
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
     notes: list[str] = field(default_factory=list)  # shown at the top of the report (markdown)
+    analysis: bool = False  # run `tablefree analyze` on every finished run; its section joins the report
 
     def __post_init__(self) -> None:
         unknown = [i for i in self.interfaces if i not in INTERFACES]
@@ -199,7 +200,7 @@ def _find_relative(name: str, base: Path, where: str) -> Path:
 def base_recipe(config: CompareConfig) -> dict[str, Any]:
     """The shared training recipe as a train-config dict: ``train_config`` with ``train`` merged over it."""
     recipe = load_yaml(config.train_config) if config.train_config else {}
-    recipe = _deep_merge(recipe, config.train)
+    recipe = deep_merge(recipe, config.train)
     if config.dataset.dir:
         recipe.setdefault("data", {})["dir"] = config.dataset.dir
     if not (recipe.get("data") or {}).get("dir"):
@@ -221,11 +222,11 @@ def run_recipe(recipe: dict[str, Any], interface: str, seed: int) -> dict[str, A
     return run
 
 
-def _deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = copy.deepcopy(value)
     return merged
@@ -255,7 +256,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     recipe = base_recipe(config)
     plans = []
     for point in config.grid.points() or [{"name": "", "train": {}}]:
-        point_recipe = _deep_merge(recipe, point["train"])
+        point_recipe = deep_merge(recipe, point["train"])
         for interface in config.interfaces:
             for seed in config.seeds:
                 run = run_recipe(point_recipe, interface, seed)
@@ -268,10 +269,12 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
 
 def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
     """Everything knowable before training, for every run: its recipe builds a model (interface options
-    included) on the dataset's vocabulary, and the evaluation's tasks and files exist."""
+    included) on the dataset's vocabulary, its step plan holds (batch, budget, warmup), and the evaluation's
+    tasks and files exist."""
     from tablefree.data.loader import read_manifest
     from tablefree.params import param_breakdown
     from tablefree.train.config import TrainConfig
+    from tablefree.train.config import plan as step_plan
 
     check_eval_data(config)
     vocab = None
@@ -280,7 +283,9 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
         if vocab is None and (Path(train_config.data.dir) / "manifest.json").exists():
             vocab = read_manifest(train_config.data.dir).get("vocab_size")
         try:
-            param_breakdown(train_config.model.build(vocab))  # builds the model on the meta device
+            model_config = train_config.model.build(vocab)
+            param_breakdown(model_config)  # builds the model on the meta device
+            step_plan(train_config, model_config, max(1, config.launch.nproc_per_node))  # steps, warmup
         except (ValueError, TypeError, KeyError) as error:
             raise ValueError(f"recipe of {plan.name}: {error}") from error
 
@@ -321,6 +326,11 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
         outcome[run.name] = execute_run(config, run, state, prefix, log)
     failed = [name for name, state in outcome.items() if state == "failed"]
     result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
+    if config.analysis:  # each finished run against the learned run of its seed (docs/analysis.md)
+        from tablefree.analysis.sweep import analyze_runs
+
+        done = {name for name, state in outcome.items() if state == "done"}
+        result["analysis"] = analyze_runs(plans, done, device=config.eval.device, log=log)
     if report:
         from tablefree.report import build_report
 
@@ -371,7 +381,7 @@ def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         from tablefree.train.config import TrainConfig
 
         train_config = from_dict(TrainConfig, run.recipe, where=f"recipe of {run.name}")
-        summary = trainer.train(train_config, run.directory, resume=True)
+        summary = trainer.train(train_config, run.directory, resume="auto")
     if not summary.get("completed"):
         reason = summary.get("stop_reason", "unknown")
         if str(reason).startswith("stopped by"):  # SIGINT/SIGTERM: the user stops the sweep
@@ -396,7 +406,7 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         str(recipe_path),
         "--run-dir",
         str(run.directory),
-        "--resume",
+        "--resume-if-present",
     ]
     log_path = run.directory / "train.log"
     with open(log_path, "a", encoding="utf-8") as log_file:

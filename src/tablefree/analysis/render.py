@@ -63,7 +63,7 @@ def analysis_markdown(
         "",
         *_layer_table(result),
         "",
-        _probe_note(probes),
+        _probe_note(probes, result["embeddings"]),
         "",
     ]
     lines += _neighbour_section(result, hashes)
@@ -118,16 +118,23 @@ def _layer_table(result: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _probe_note(probes: dict[str, Any]) -> str:
+def _probe_note(probes: dict[str, Any], embeddings: dict[str, Any]) -> str:
     baselines = ", ".join(
         f"{name} bits {_pct(s['mean_majority_baseline'])}" for name, s in probes["code_sets"].items()
     )
-    return (
+    note = (
         f"Chance for the probes is the constant probe that always answers a bit's more common value: on "
-        f"average {baselines} (not 50%: real text uses some ids far more than others, and the fit and score positions differ). The k-NN overlap "
-        "counts the share of each frequent token's nearest neighbours (cosine) that the layer and the "
-        "reference table agree on."
+        f"average {baselines} (not 50%: real text uses some ids far more than others, and the fit and score "
+        "positions differ)."
     )
+    knn = embeddings.get("knn_overlap")
+    if knn:
+        note += (
+            f" The k-NN overlap is the share of each of the {knn['queries']:,} most frequent tokens' {knn['k']} "
+            f"nearest neighbours (cosine) that the layer and the reference table agree on; chance ≈ "
+            f"{_pct(knn['chance'])}."
+        )
+    return note
 
 
 def _neighbour_section(result: dict[str, Any], hashes: str) -> list[str]:

@@ -46,6 +46,7 @@ def run_analysis(
     tokenizer: str | Path | None = None,
     positions: int = DEFAULT_POSITIONS,
     words: list[str] | tuple[str, ...] | None = None,
+    embedding_tokens: int | None = None,
     device: str = "cpu",
     batch_size: int = 8,
     log: Callable[[str], None] | None = None,
@@ -56,11 +57,15 @@ def run_analysis(
     CKA and neighbours; ``data``: a prepared dataset (default: the one the checkpoint was trained on, from its
     meta.json) whose ``val`` split feeds the probes and whose ``train`` split gives token frequencies;
     ``out``: write analysis.json, analysis.md and figures/ into this directory; ``positions``: held-out
-    positions for the probes; ``words``: probe words for the neighbour lists (those that are one token)."""
+    positions for the probes; ``words``: probe words for the neighbour lists (those that are one token);
+    ``embedding_tokens``: limit the effective embeddings to that many of the most frequent tokens (memory is
+    (L + 1)·n·d floats per model; None: every token seen in training)."""
     started = time.perf_counter()
     say = log or (lambda _message: None)
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
         raise ValueError(f"positions must be a positive number of token positions, got {positions!r}")
+    if embedding_tokens is not None and (isinstance(embedding_tokens, bool) or embedding_tokens < 20):
+        raise ValueError(f"embedding_tokens must be at least 20 (or None for all), got {embedding_tokens!r}")
     out_dir = check_out_dir(out) if out is not None else None
     model, directory = load_model(checkpoint, device)
     data_dir = dataset_of(directory, data)
@@ -73,7 +78,9 @@ def run_analysis(
     probes = probe_code_bits(model, fit, score, ridge=DEFAULT_PROBE_RIDGE)
     say("effective embeddings")
     counts = torch.from_numpy(token_counts(data_dir, model.config.vocab_size))
-    embeddings = embedding_measures(model, ref[0] if ref else None, tok, counts, words or DEFAULT_PROBE_WORDS)
+    embeddings = embedding_measures(
+        model, ref[0] if ref else None, tok, counts, words or DEFAULT_PROBE_WORDS, max_tokens=embedding_tokens
+    )
     result = {
         "checkpoint": str(directory),
         "step": _meta(directory).get("step"),
@@ -217,41 +224,47 @@ def embedding_measures(
     tokenizer: Any,
     counts: torch.Tensor,
     words: list[str] | tuple[str, ...],
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Per layer: CKA with the reference's table and its E_ℓ, held-out R² of log frequency, k-NN overlap
-    with the reference table; and the probe words' neighbours. Over the tokens seen in the train split."""
+    with the reference table; and the probe words' neighbours. Over the tokens seen in the train split (the
+    ``max_tokens`` most frequent of them when given, which bounds the memory: (L + 1)·n·d floats)."""
     tokenizer_size = tokenizer.get_vocab_size(with_added_tokens=True)
     seen = counts > 0
     seen[tokenizer_size:] = False
     tokens = torch.nonzero(seen).squeeze(1)
+    if max_tokens is not None and len(tokens) > max_tokens:
+        frequent = torch.sort(counts[tokens], descending=True, stable=True).indices[:max_tokens]
+        tokens = torch.sort(tokens[frequent]).values
     if len(tokens) < 20:
         raise ValueError(
             f"only {len(tokens)} distinct tokens occur in the train split; the embedding measures need at least 20"
         )
-    mine = effective_embeddings(model)
-    theirs = effective_embeddings(reference) if reference is not None else None
+    # rows follow ``tokens``: E[i] is the effective embedding of id tokens[i]
+    mine = effective_embeddings(model, tokens)
+    theirs = effective_embeddings(reference, tokens) if reference is not None else None
     log_counts = counts[tokens].to(torch.float64).log()
-    by_frequency = tokens[torch.sort(counts[tokens], descending=True, stable=True).indices]
-    queries = by_frequency[:KNN_QUERIES]
+    rows = torch.arange(len(tokens))
+    queries = torch.sort(counts[tokens], descending=True, stable=True).indices[:KNN_QUERIES]
+    what = "ids of the tokenizer that occur at least once in the train split"
     result: dict[str, Any] = {
         "tokens": len(tokens),
-        "token_set": "ids of the tokenizer that occur at least once in the train split",
-        "frequency_r2": [frequency_r2(e[tokens], log_counts) for e in mine],
+        "token_set": what if len(tokens) == int(seen.sum()) else f"the {len(tokens):,} most frequent {what}",
+        "frequency_r2": [frequency_r2(e, log_counts) for e in mine],
     }
     if theirs is not None:
-        table = theirs[0][tokens]
-        result["cka_reference_table"] = [linear_cka(e[tokens], table) for e in mine]
+        result["cka_reference_table"] = [linear_cka(e, theirs[0]) for e in mine]
         result["cka_reference_layer"] = [
-            linear_cka(e[tokens], theirs[i][tokens]) if i < len(theirs) else None for i, e in enumerate(mine)
+            linear_cka(e, theirs[i]) if i < len(theirs) else None for i, e in enumerate(mine)
         ]
-        result["reference_frequency_r2"] = [frequency_r2(e[tokens], log_counts) for e in theirs]
+        result["reference_frequency_r2"] = [frequency_r2(e, log_counts) for e in theirs]
         result["knn_overlap"] = {
             "k": KNN_K,
             "queries": len(queries),
             "chance": KNN_K / (len(tokens) - 1),
-            "values": [knn_overlap(e, theirs[0], queries, tokens, KNN_K) for e in mine],
+            "values": [knn_overlap(e, theirs[0], queries, rows, KNN_K) for e in mine],
         }
-    result["neighbours"] = _word_neighbours(mine, theirs, tokenizer, seen, tokens, words)
+    result["neighbours"] = _word_neighbours(mine, theirs, tokenizer, tokens, words)
     return result
 
 
@@ -259,23 +272,27 @@ def _word_neighbours(
     mine: list[torch.Tensor],
     theirs: list[torch.Tensor] | None,
     tokenizer: Any,
-    seen: torch.Tensor,
     tokens: torch.Tensor,
     words: list[str] | tuple[str, ...],
 ) -> dict[str, Any]:
-    chosen = probe_word_ids(tokenizer, words, seen)
-    queries = torch.tensor([token_id for _, token_id in chosen], dtype=torch.int64)
+    analysed = torch.zeros(int(tokens.max()) + 1, dtype=torch.bool)
+    analysed[tokens] = True
+    chosen = probe_word_ids(tokenizer, words, analysed)
+    queries = torch.searchsorted(
+        tokens, torch.tensor([token_id for _, token_id in chosen], dtype=torch.int64)
+    )
+    rows = torch.arange(len(tokens))
     entries = [{"word": word, "id": token_id} for word, token_id in chosen]
 
-    def strings(ids: torch.Tensor) -> list[list[str]]:
-        return [[tokenizer.decode([int(i)]) for i in row] for row in ids]
+    def strings(found: torch.Tensor) -> list[list[str]]:
+        return [[tokenizer.decode([int(tokens[i])]) for i in row] for row in found]
 
     if chosen:
-        per_layer = [strings(nearest_neighbours(e, queries, tokens, NEIGHBOURS)) for e in mine]
-        reference = strings(nearest_neighbours(theirs[0], queries, tokens, NEIGHBOURS)) if theirs else None
+        per_layer = [strings(nearest_neighbours(e, queries, rows, NEIGHBOURS)) for e in mine]
+        reference = strings(nearest_neighbours(theirs[0], queries, rows, NEIGHBOURS)) if theirs else None
         for index, entry in enumerate(entries):
             entry["layers"] = [layer[index] for layer in per_layer]
             entry["reference_table"] = reference[index] if reference else None
     left_out = [w for w in words if w not in {word for word, _ in chosen}]
-    # left out: not one token of the tokenizer, or never seen in the train split
+    # left out: not one token of the tokenizer, or not among the analysed (seen) tokens
     return {"k": NEIGHBOURS, "words": entries, "left_out": left_out}

@@ -47,17 +47,19 @@ def layer_states(model: TablefreeLM, ids: torch.Tensor) -> list[torch.Tensor]:
 
 
 @torch.inference_mode()
-def effective_embeddings(model: TablefreeLM, batch_size: int = 1024) -> list[torch.Tensor]:
-    """E_ℓ(t) for every id t in [0, V): the state after layer ℓ when the input is token t alone (position 0).
+def effective_embeddings(
+    model: TablefreeLM, ids: torch.Tensor | None = None, batch_size: int = 1024
+) -> list[torch.Tensor]:
+    """E_ℓ(t) for every id t in ``ids`` (default: all of [0, V)): the state after layer ℓ when the input is
+    token t alone (position 0).
 
-    Returns L + 1 tensors (V, d) in float32 on the CPU; ℓ = 0 is the interface output (for ``learned``, its
-    table). Memory: (L + 1)·V·d floats, small at CPU-scale vocabularies.
+    Returns L + 1 tensors (len(ids), d) in float32 on the CPU, row i for ids[i]; ℓ = 0 is the interface output
+    (for ``learned``, its table). Memory: (L + 1)·len(ids)·d floats.
     """
     device = next(model.parameters()).device
-    vocab_size = model.config.vocab_size
+    ids = torch.arange(model.config.vocab_size) if ids is None else ids.reshape(-1).to(torch.int64)
     parts: list[list[torch.Tensor]] = [[] for _ in range(len(model.layers) + 1)]
-    for start in range(0, vocab_size, batch_size):
-        ids = torch.arange(start, min(start + batch_size, vocab_size), device=device).unsqueeze(1)
-        for layer, state in enumerate(layer_states(model, ids)):
+    for batch in torch.split(ids, batch_size):
+        for layer, state in enumerate(layer_states(model, batch.to(device).unsqueeze(1))):
             parts[layer].append(state[:, 0].cpu())
     return [torch.cat(chunks) for chunks in parts]

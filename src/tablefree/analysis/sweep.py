@@ -118,34 +118,34 @@ def load_sweep_analyses(runs: Sequence[Any]) -> list[tuple[Any, dict[str, Any]]]
     return found
 
 
-def sweep_analysis_markdown(runs: Sequence[Any], report_dir: str | Path, level: int = 2) -> str:
-    """The report's analysis section: per grid point, one table per measure (layers × interfaces, mean over
-    seeds with the range), then a link to each run's own analysis.md. Empty when no run has an analysis."""
+def sweep_analysis(runs: Sequence[Any], report_dir: str | Path) -> dict[str, Any] | None:
+    """The report's analysis summary (JSON-ready): per grid point and measure, per layer and interface the
+    mean, min and max over seeds; and each analysed run's analysis.md relative to ``report_dir``. None when
+    no run has an analysis."""
     analyses = load_sweep_analyses(runs)
     if not analyses:
-        return ""
-    hashes = "#" * level
-    lines = [
-        f"{hashes} Analysis: what the layers build from the input",
-        "",
-        "From `tablefree analyze` on every finished run (docs/analysis.md). Reference: the `learned` run of the "
-        "same seed; a `learned` run is compared with the `learned` run of another seed (the ceiling). Cells: "
-        "mean over seeds [min, max]; layer 0 is the interface output, layer ℓ the state after block ℓ.",
-    ]
-    points = list(dict.fromkeys(getattr(run, "point", "") for run, _ in analyses))
-    for point in points:
+        return None
+    points = []
+    for point in dict.fromkeys(getattr(run, "point", "") for run, _ in analyses):
         here = [(run, result) for run, result in analyses if getattr(run, "point", "") == point]
-        if point:
-            lines += ["", f"{hashes}# {point}"]
-        for keys, title, percent in _MEASURES:
-            table = _measure_table(here, keys, percent)
-            if table:
-                lines += ["", f"**{title}**", "", *table]
-    lines += ["", "Per run (tables, neighbours of probe words, figures):", ""]
-    for run, _ in analyses:
-        link = os.path.relpath(Path(run.directory) / ANALYSIS_DIR / "analysis.md", Path(report_dir))
-        lines.append(f"- [{run.name}]({Path(link).as_posix()})")
-    return "\n".join(lines)
+        measures = [_measure(here, keys, title, percent) for keys, title, percent in _MEASURES]
+        chances = [
+            r["embeddings"]["knn_overlap"]["chance"] for _, r in here if "knn_overlap" in r["embeddings"]
+        ]
+        for measure in measures:
+            if measure is not None and "NN overlap" in measure["title"] and chances:
+                measure["title"] += f" (chance ≈ {100 * sum(chances) / len(chances):.1f}%)"
+        points.append({"name": point, "measures": [m for m in measures if m is not None]})
+    links = [
+        {
+            "run": run.name,
+            "analysis": Path(
+                os.path.relpath(Path(run.directory) / ANALYSIS_DIR / "analysis.md", Path(report_dir))
+            ).as_posix(),
+        }
+        for run, _ in analyses
+    ]
+    return {"points": points, "runs": links}
 
 
 def _dig(result: dict[str, Any], keys: tuple[str, ...]) -> list[float | None] | None:
@@ -157,36 +157,65 @@ def _dig(result: dict[str, Any], keys: tuple[str, ...]) -> list[float | None] | 
     return value if isinstance(value, list) else None
 
 
-def _measure_table(
-    pairs: list[tuple[Any, dict[str, Any]]], keys: tuple[str, ...], percent: bool
-) -> list[str]:
-    columns: dict[str, list[list[float | None]]] = {}
+def _measure(
+    pairs: list[tuple[Any, dict[str, Any]]], keys: tuple[str, ...], title: str, percent: bool
+) -> dict[str, Any] | None:
+    per_interface: dict[str, list[list[float | None]]] = {}
     for run, result in pairs:
         series = _dig(result, keys)
         if series is not None:
-            columns.setdefault(run.interface, []).append(series)
-    if not columns:
-        return []
-    depth = max(len(series) for per_seed in columns.values() for series in per_seed)
-    rows = [
-        "| layer | " + " | ".join(f"`{name}`" for name in columns) + " |",
-        "|" + "---|" * (len(columns) + 1),
-    ]
+            per_interface.setdefault(run.interface, []).append(series)
+    if not per_interface:
+        return None
+    depth = max(len(series) for per_seed in per_interface.values() for series in per_seed)
+    layers = []
     for layer in range(depth):
-        cells = [str(layer)]
-        for per_seed in columns.values():
+        cells = {}
+        for interface, per_seed in per_interface.items():
             values = [s[layer] for s in per_seed if layer < len(s) and s[layer] is not None]
-            cells.append(_cell(values, percent))
-        rows.append("| " + " | ".join(cells) + " |")
-    return rows
+            cells[interface] = (
+                {"mean": sum(values) / len(values), "min": min(values), "max": max(values), "n": len(values)}
+                if values
+                else None
+            )
+        layers.append(cells)
+    return {"title": title, "percent": percent, "interfaces": list(per_interface), "layers": layers}
 
 
-def _cell(values: list[float], percent: bool) -> str:
-    if not values:
+def sweep_analysis_markdown(summary: dict[str, Any] | None, level: int = 2) -> str:
+    """The report's analysis section from :func:`sweep_analysis`: one table per measure (layers × interfaces,
+    mean over seeds with the range), then a link to each run's analysis.md. Empty for None."""
+    if not summary:
+        return ""
+    hashes = "#" * level
+    lines = [
+        f"{hashes} Analysis: what the layers build from the input",
+        "",
+        "From `tablefree analyze` on every finished run (docs/analysis.md). Reference: the `learned` run of the "
+        "same seed; a `learned` run is compared with the `learned` run of another seed (the ceiling). Cells: "
+        "mean over seeds [min, max]; layer 0 is the interface output, layer ℓ the state after block ℓ.",
+    ]
+    for point in summary["points"]:
+        if point["name"]:
+            lines += ["", f"{hashes}# {point['name']}"]
+        for measure in point["measures"]:
+            interfaces = measure["interfaces"]
+            lines += ["", f"**{measure['title']}**", ""]
+            lines.append("| layer | " + " | ".join(f"`{name}`" for name in interfaces) + " |")
+            lines.append("|" + "---|" * (len(interfaces) + 1))
+            for layer, cells in enumerate(measure["layers"]):
+                row = [_cell(cells.get(name), measure["percent"]) for name in interfaces]
+                lines.append(f"| {layer} | " + " | ".join(row) + " |")
+    lines += ["", "Per run (tables, neighbours of probe words, figures):", ""]
+    lines += [f"- [{link['run']}]({link['analysis']})" for link in summary["runs"]]
+    return "\n".join(lines)
+
+
+def _cell(cell: dict[str, Any] | None, percent: bool) -> str:
+    if cell is None:
         return "–"
     scale, digits, unit = (100.0, 1, "%") if percent else (1.0, 3, "")
-    mean = sum(values) / len(values)
-    text = f"{scale * mean:.{digits}f}{unit}"
-    if len(values) > 1:
-        text += f" [{scale * min(values):.{digits}f}, {scale * max(values):.{digits}f}]"
+    text = f"{scale * cell['mean']:.{digits}f}{unit}"
+    if cell["n"] > 1:
+        text += f" [{scale * cell['min']:.{digits}f}, {scale * cell['max']:.{digits}f}]"
     return text

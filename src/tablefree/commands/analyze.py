@@ -57,6 +57,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "word inside text (only those that are one token are used) (default: %(default)s)",
     )
     parser.add_argument(
+        "--embedding-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="effective embeddings of the N most frequent tokens only; memory is (layers + 1) x N x d floats "
+        "per model (default: every token seen in training)",
+    )
+    parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
     )
     parser.add_argument(
@@ -90,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         positions=args.positions,
         words=probe_words(args.words),
+        embedding_tokens=args.embedding_tokens,
         device=args.device,
         batch_size=args.batch_size,
         log=print,

@@ -100,6 +100,6 @@ def print_verdict(report: dict, out: Path) -> None:
         print(f"  {point}{c['metric']}, {c['a']} vs {c['b']}: {c['sentence']}")
     baseline = report.get("baseline")
     if baseline and baseline["not_beaten_by"]:
-        from tablefree.report.analysis import UNIGRAM_FLAG
+        from tablefree.report.comparison import UNIGRAM_FLAG
 
         print(f"  {UNIGRAM_FLAG}: {', '.join(baseline['not_beaten_by'])}")

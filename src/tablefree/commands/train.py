@@ -30,8 +30,25 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="where config.yaml, metrics.jsonl, summary.json and checkpoints/ go "
         "(default: runs/<config name>-<interface>-seed<seed>)",
     )
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir from its newest checkpoint that loads, with its recorded recipe "
+        "(an error when there is nothing to resume)",
+    )
+    resume.add_argument(
+        "--resume-if-present",
+        action="store_true",
+        help="resume when --run-dir holds a checkpoint, else start the run (what `tablefree compare` uses)",
+    )
     parser.add_argument(
-        "--resume", action="store_true", help="continue from the newest complete checkpoint in the run dir"
+        "--allow-change",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        help="with --resume: let this recipe field (e.g. optim.lr, budget; a section name covers its fields) "
+        "differ from the recorded one; recorded in RUN_DIR/config_changes.json. Repeatable",
     )
     parser.add_argument(
         "--peak-flops", type=float, default=None, help="peak FLOP/s per device for MFU (overrides the table)"
@@ -46,15 +63,23 @@ def run(args: argparse.Namespace) -> int:
     from tablefree.config import to_dict
     from tablefree.data.loader import read_manifest
     from tablefree.train.config import load_train_config, plan
-    from tablefree.train.trainer import CONFIG_FILE, train
+    from tablefree.train.trainer import CONFIG_FILE, nothing_to_resume, recorded_config, train
 
     config_path = args.config
-    if config_path is None and args.resume and args.run_dir is not None:
-        config_path = args.run_dir / CONFIG_FILE  # continue a run with the config it recorded
     overrides = list(args.overrides)
     if args.peak_flops is not None:
         overrides.append(f"peak_flops={args.peak_flops}")
-    config = load_train_config(config_path, overrides)  # no --config: the defaults plus the overrides
+    resume = "auto" if args.resume_if_present else args.resume
+    if config_path is None and resume and args.run_dir is not None:
+        # continue a run with the recipe it recorded (config.yaml plus the changes allowed since)
+        recipe = recorded_config(args.run_dir)
+        if recipe is None and args.resume:
+            raise FileNotFoundError(nothing_to_resume(args.run_dir))
+        config = load_recorded_config(recipe, overrides, args.run_dir / CONFIG_FILE) if recipe else None
+    else:
+        config = None
+    if config is None:
+        config = load_train_config(config_path, overrides)  # no --config: the defaults plus the overrides
     name = config_path.stem if config_path is not None else "default"
     run_dir = args.run_dir or Path("runs") / f"{name}-{config.model.interface.name}-seed{config.seed}"
     if args.print_config:
@@ -76,5 +101,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"# trainable parameters: {parameters:,} (vocabulary {model_config.vocab_size:,})")
         print(f"# run dir: {run_dir}")
         return 0
-    summary = train(config, run_dir, resume=args.resume)
+    if args.allow_change and not resume:
+        raise ValueError("--allow-change: only with --resume (a new run takes its recipe as given)")
+    summary = train(config, run_dir, resume=resume, allow_change=args.allow_change)
     return 0 if summary["completed"] or summary["stop_reason"].startswith("stopped by") else 1
+
+
+def load_recorded_config(recipe: dict, overrides: list[str], where: Path):
+    """A TrainConfig from a run's recorded recipe (a dict) and command-line overrides."""
+    from tablefree.config import from_dict_with_overrides
+    from tablefree.train.config import TrainConfig
+
+    return from_dict_with_overrides(TrainConfig, recipe, overrides, str(where))

@@ -111,12 +111,10 @@ class InputInterface(nn.Module):
     def adopt_table(
         self, table: torch.Tensor, state: dict[str, torch.Tensor]
     ) -> dict[str, torch.Tensor] | None:
-        """Recognise an exported table: load ``state`` (from ``export_state``) and return this interface's
-        state dict when its own table, rounded to the exported dtype, equals ``table`` exactly; else None."""
-        try:
-            self.load_state_dict(state, strict=True)
-        except (RuntimeError, ValueError):
-            return None
+        """Recognise an exported table: load ``state`` (from ``export_state``; a state that does not load raises)
+        and return this interface's state dict when its own table, rounded to the exported dtype, equals
+        ``table`` exactly; else None."""
+        self.load_state_dict(state, strict=True)  # a state that does not fit is an error, not "another table"
         mine = self.table()
         if mine.shape != table.shape or not torch.equal(mine.to(table.dtype), table):
             return None

@@ -2,7 +2,7 @@
 
 ``build_report`` reads only the files of the sweep directory (layout: ``tablefree.rundir``), so a report can be
 rebuilt at any time (``tablefree report SWEEP_DIR``), also from a partly finished sweep. The parts:
-``analysis`` (what is compared with what, via ``tablefree.stats``), ``markdown`` and ``figures``.
+``comparison`` (what is compared with what, via ``tablefree.stats``), ``markdown`` and ``figures``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 from tablefree import stats
 from tablefree.config import load_yaml
 from tablefree.fileio import write_json_atomic, write_text_atomic
-from tablefree.report import analysis
+from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
@@ -49,23 +49,23 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
 
 def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: int) -> dict[str, Any]:
     """The report's content (everything but the figures)."""
-    interfaces = analysis.ordered_interfaces(runs)
-    points = analysis.ordered_points(runs, config)
+    interfaces = comparison.ordered_interfaces(runs)
+    points = comparison.ordered_points(runs, config)
     per_point, comps, gaps = [], [], []
     for point in points:
         here = [run for run in runs if run.point == point]
-        table = analysis.metric_table(analysis.finished(here), interfaces)
+        table = comparison.metric_table(comparison.finished(here), interfaces)
         per_point.append(
             {
                 "name": point,
                 "metrics": table,
                 "params": _params(here, interfaces),
-                "cv_val_ppl": analysis.seed_cv(table),
-                "validation_set": analysis.validation_set(here),
+                "cv_val_ppl": comparison.seed_cv(table),
+                "validation_set": comparison.validation_set(here),
             }
         )
-        comps += analysis.comparisons(here, interfaces, n_boot, point)
-        gaps += analysis.gap_curves(here, interfaces, point)
+        comps += comparison.comparisons(here, interfaces, n_boot, point)
+        gaps += comparison.gap_curves(here, interfaces, point)
     primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
     return {
         "name": config.get("name", sweep_dir.name),
@@ -79,20 +79,28 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
         "params": primary["params"],
         "validation_set": primary["validation_set"],
         "runs": [_run_row(run) for run in runs],
-        "headlines": analysis.headlines(runs),
-        "baseline": analysis.unigram_baseline(runs),
+        "headlines": comparison.headlines(runs),
+        "baseline": comparison.unigram_baseline(runs),
         "statistics": {
             "method": stats.__doc__,
             "bootstrap_replicates": n_boot,
             "comparisons": comps,
             "gap": gaps,
-            "grid": analysis.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
+            "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
         },
         "config": config,
         "train_config": _train_config(runs),
         "git": git_commit(),
         "environment": environment(),
+        "analysis": _sweep_analysis(runs, sweep_dir),
     }
+
+
+def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
+    """The runs' ``tablefree analyze`` results side by side (compare's ``analysis: true``), or None."""
+    from tablefree.analysis.sweep import sweep_analysis
+
+    return sweep_analysis(runs, sweep_dir)
 
 
 def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:

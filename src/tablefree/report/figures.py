@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tablefree.report.analysis import VAL_LOSS, estimate_curve
+from tablefree.report.comparison import VAL_LOSS, estimate_curve
 from tablefree.rundir import Run
 
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.report.analysis import UNIGRAM_FLAG, VAL_LOSS, human
+from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, human
 from tablefree.stats import fmt
 
 ESTIMATE_NAME = "in-training validation estimate"
@@ -24,6 +24,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _gap(report),
         _grid(report),
         _figures(report),
+        _analysis(report),
         _runs(report),
         _provenance(report),
     ]
@@ -284,6 +285,12 @@ def _figures(report: dict[str, Any]) -> str:
     for figure in figures:
         lines += [f"![{figure['title']}]({figure['path']})", ""]
     return "\n".join(lines).rstrip()
+
+
+def _analysis(report: dict[str, Any]) -> str:
+    from tablefree.analysis.sweep import sweep_analysis_markdown
+
+    return sweep_analysis_markdown(report.get("analysis"))
 
 
 def _runs(report: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ class ModelSpec:
     """A preset plus overrides. Unset (None) fields keep the preset's value."""
 
     preset: str = "tiny"
-    interface: InterfaceConfig | str = field(default_factory=InterfaceConfig)
+    interface: InterfaceConfig = field(default_factory=InterfaceConfig)  # a name or {name, options}
     vocab_size: int | None = None  # normally unset: the dataset manifest's vocabulary size is used
     d_model: int | None = None
     n_layers: int | None = None
@@ -155,6 +155,7 @@ class TrainConfig:
     val_batches: int = 20  # micro-batches of the val split per validation
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
+    on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
     # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
     # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
     checkpoint_format: str = "auto"
@@ -173,6 +174,10 @@ class TrainConfig:
                 f"compile: expected auto, true or false, got {self.compile!r}",
             ),
             (self.parallel in ("ddp", "fsdp"), f"parallel: expected ddp|fsdp, got {self.parallel!r}"),
+            (
+                self.on_nonfinite in ("stop", "skip"),
+                f"on_nonfinite: expected stop|skip, got {self.on_nonfinite!r}",
+            ),
             (
                 self.checkpoint_format in ("auto", "full", "sharded"),
                 f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",

@@ -8,8 +8,13 @@ processes = ``batch_tokens`` tokens. A run directory holds::
 
     config.yaml      # the resolved TrainConfig (model fields filled in from the preset and the dataset)
     metrics.jsonl    # one JSON object per line: train records (step, tokens, train_loss, lr, grad_norm,
-                     #   tokens_per_s, tflops, mfu, elapsed_s) and validation records (step, tokens, val_loss)
-    summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss, params, ...
+                     #   tokens_per_s, tflops, mfu, elapsed_s) and validation-estimate records (step, tokens,
+                     #   val_loss_estimate, val_windows)
+    summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss_estimate, ...
+
+The in-training validation *estimate* (``val_loss_estimate``: the mean loss over the first ``val_windows`` =
+val_batches × micro_batch windows of the val split) is named so everywhere, to keep it apart from the
+evaluation over the whole validation split (``tablefree eval``), a different number.
     checkpoints/step_XXXXXXXX/   # see tablefree.train.checkpointing
     tensorboard/     # when the tensorboard package is installed
 
@@ -21,6 +26,7 @@ Nothing else draws random numbers, so a resumed fp32 CPU run reproduces an unint
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -30,7 +36,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import META_FILE
+from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
@@ -47,8 +55,9 @@ from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
+from tablefree.rundir import RUN_FILES, read_jsonl
 from tablefree.train import checkpointing, sharded
-from tablefree.train.config import ModelSpec, TrainConfig, lr_at, plan
+from tablefree.train.config import ModelSpec, Plan, TrainConfig, lr_at, plan
 from tablefree.train.parallelize import (
     DistInfo,
     all_reduce_mean,
@@ -66,15 +75,16 @@ from tablefree.train.precision import (
     estimate_eager_seconds,
 )
 
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
+CONFIG_FILE = RUN_FILES["config"]
+METRICS_FILE = RUN_FILES["metrics"]
+SUMMARY_FILE = RUN_FILES["summary"]
 # Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
 KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
 
 
 class NonFiniteLossError(ValueError):
-    """The training loss became NaN or infinite; the run stopped before updating the model."""
+    """The training loss or gradient norm became NaN or infinite, and the run stopped before updating the
+    model; or the weights did, and no checkpoint was written."""
 
     def __init__(self, message: str, stop_reason: str = "non-finite loss") -> None:
         super().__init__(message)
@@ -130,19 +140,47 @@ def resolved_config(config: TrainConfig, model_config: ModelConfig, seq_len: int
     return replace(config, model=spec, seq_len=seq_len)
 
 
-def train(config: TrainConfig, run_dir: str | Path, resume: bool = False) -> dict[str, Any]:
+def train(
+    config: TrainConfig,
+    run_dir: str | Path,
+    resume: bool | str = False,
+    allow_change: Sequence[str] = (),
+) -> dict[str, Any]:
     """Train a model; returns the summary (also written to ``run_dir/summary.json``).
 
-    ``resume=True`` continues from the newest complete checkpoint in ``run_dir`` (or starts afresh when there
-    is none). Launched under torchrun, the processes share the work with DDP or FSDP2 (``config.parallel``).
+    ``resume=True`` continues the run in ``run_dir`` from its newest checkpoint that loads, with its recorded
+    recipe: a field of ``config`` that differs from it is refused unless named in ``allow_change`` (then it is
+    recorded in ``config_changes.json``). Nothing to resume is an error; ``resume="auto"`` resumes when there
+    is a checkpoint and starts afresh otherwise. Launched under torchrun, the processes share the work with
+    DDP or FSDP2 (``config.parallel``).
     """
+    run_dir = Path(run_dir)
+    if resume not in (True, False, "auto"):
+        raise ValueError(f"resume: expected True, False or 'auto', got {resume!r}")
+    if resume == "auto":
+        resume = bool(checkpointing.complete_checkpoints(run_dir))
+    elif resume and not checkpointing.complete_checkpoints(run_dir):
+        raise FileNotFoundError(nothing_to_resume(run_dir))
     owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = init_distributed(config.device, force_process_group=config.parallel == "fsdp")
     try:
-        return Trainer(config, Path(run_dir), resume, info).run()
+        with RunDirLock(run_dir, info):
+            return Trainer(config, run_dir, bool(resume), info, allow_change).run()
     finally:
         if owns_process_group:  # leave a caller's process group alone
             destroy_distributed()
+
+
+def nothing_to_resume(run_dir: Path) -> str:
+    """The error for ``--resume`` on a run directory without a checkpoint, saying where it looked."""
+    where = run_dir / checkpointing.CHECKPOINTS_DIR
+    if not run_dir.exists():
+        found = f"{run_dir} does not exist"
+    elif not where.exists():
+        found = f"{run_dir} has no {checkpointing.CHECKPOINTS_DIR}/ directory"
+    else:
+        found = f"{where} holds no complete step_* checkpoint"
+    return f"--resume: nothing to resume: {found} (looked for {where}/step_*/COMPLETE). Check --run-dir, or start the run without --resume"
 
 
 @dataclass
@@ -155,16 +193,31 @@ class TrainState:
     wall_time_s: float = 0.0  # across resumes
     train_time_s: float = 0.0  # training steps only (no validation, no checkpointing), across resumes
     last_train_loss: float | None = None
-    last_val_loss: float | None = None
-    best_val_loss: float | None = None
+    last_val_loss_estimate: float | None = None
+    best_val_loss_estimate: float | None = None
+    skipped_steps: int = 0  # updates skipped for a non-finite loss or gradient norm (on_nonfinite: skip)
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_state_dict(cls, saved: dict[str, Any]) -> TrainState:
-        """The fields this version knows; keys of older checkpoints (``schedule``, ``world_size``) are ignored."""
-        return cls(**{f.name: saved[f.name] for f in fields(cls) if f.name in saved})
+    def from_state_dict(cls, saved: dict[str, Any], where: str = "train state") -> TrainState:
+        """The fields this version knows (keys of older checkpoints, ``schedule`` and ``world_size``, are
+        ignored); a field of the wrong type is a CheckpointError naming ``where``."""
+        saved = {LEGACY_STATE_KEYS.get(key, key): value for key, value in saved.items()}
+        values = {f.name: saved[f.name] for f in fields(cls) if f.name in saved}
+        for name, value in values.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            integer = name in ("step", "tokens_seen", "skipped_steps")
+            if not (number and (not integer or isinstance(value, int))) and not (
+                value is None and not integer
+            ):
+                raise checkpointing.CheckpointError(f"{where}: field {name!r} has the wrong type ({value!r})")
+        return cls(**values)
+
+
+# train_state.pt keys of older versions -> their TrainState field
+LEGACY_STATE_KEYS = {"last_val_loss": "last_val_loss_estimate", "best_val_loss": "best_val_loss_estimate"}
 
 
 @dataclass(frozen=True)
@@ -175,19 +228,29 @@ class StepResult:
     grad_norm: float
     lr: float
     seconds: float
+    skipped: bool = False  # the update was skipped (non-finite loss or gradient norm, on_nonfinite: skip)
 
 
 class Trainer:
     """One training run: ``setup`` (in ``__init__``), ``train_step``, ``validate``, ``save``, ``summary``; ``run``
     strings them together. Everything that changes from step to step is in ``self.state``."""
 
-    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, info: DistInfo) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: Path,
+        resume: bool,
+        info: DistInfo,
+        allow_change: Sequence[str] = (),
+    ) -> None:
         self.started = time.perf_counter()
         self.info, self.run_dir, self.device = info, run_dir, info.device
 
         # data, model config and the run's numbers
         self.data_dir = Path(config.data.dir)
         self.manifest = read_manifest(self.data_dir)
+        if resume:  # before the model is built: a different dataset is named as such, not as a vocab_size
+            check_dataset(run_dir, self.manifest, self.data_dir)
         self.model_config = config.model.build(
             dataset_vocab_size=int(self.manifest["vocab_size"]), seed=config.seed
         )
@@ -208,11 +271,12 @@ class Trainer:
         )
         self.tokenizer_path = self.data_dir / self.manifest.get("tokenizer_file", "tokenizer.json")
 
-        self.resumed_from = self._check_run_dir(resume)
+        self.changes = self._check_run_dir(resume, allow_change)
         self._build_model_and_data()
         self.state = TrainState()
-        if self.resumed_from is not None:
-            self._load_checkpoint(self.resumed_from)
+        self.resumed_from = self._resume() if resume else None
+        if self.changes and info.is_main:
+            record_changes(run_dir, self.changes, self.state.step)
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
         self.saved_at = -1
@@ -220,18 +284,24 @@ class Trainer:
 
     # ---- setup
 
-    def _check_run_dir(self, resume: bool) -> Path | None:
-        """The checkpoint to resume from (None: a fresh start); a fresh run must not overwrite another run."""
+    def _check_run_dir(self, resume: bool, allow_change: Sequence[str]) -> list[Change]:
+        """A fresh run must not overwrite another run's checkpoints; a resumed one continues its recorded recipe.
+        Returns the changes to the recipe that ``allow_change`` permits."""
         run_dir = self.run_dir
-        checkpoint = checkpointing.latest_checkpoint(run_dir) if resume else None
-        if not resume and ((run_dir / METRICS_FILE).exists() or checkpointing.complete_checkpoints(run_dir)):
+        changes: list[Change] = []
+        if not resume and has_checkpoints(run_dir):
             raise FileExistsError(
                 f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
             )
-        if checkpoint is not None:
-            check_resumable(run_dir, checkpoint, self.config, self.manifest)
+        if resume:
+            changes = check_resumable(run_dir, self.config, allow_change)
+        elif self.info.is_main and (run_dir / METRICS_FILE).exists():
+            print(
+                f"starting {run_dir} over: it holds no checkpoint (a run stopped before its first save)",
+                flush=True,
+            )
         barrier()  # every process has checked before rank 0 writes anything
-        return checkpoint
+        return changes
 
     def _build_model_and_data(self) -> None:
         config, info = self.config, self.info
@@ -263,34 +333,57 @@ class Trainer:
         self.val_loader = TokenLoader.from_dir(
             self.data_dir, "val", self.plan.seq_len, config.micro_batch, shuffle=False, **loader_args
         )
+        # the in-training validation estimate's size (validation_loss reads the first this many windows)
+        self.val_windows = min(config.val_batches * config.micro_batch, self.val_loader.num_chunks)
         self.autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16)
             if self.precision == "bf16" and config.parallel != "fsdp"  # FSDP2 casts parameters itself
             else contextlib.nullcontext()
         )
 
-    def _load_checkpoint(self, checkpoint: Path) -> None:
-        saved = checkpointing.load_train_state(checkpoint)
-        if sharded.is_sharded(checkpoint):  # each rank reads its own shards, at any world size
-            sharded.load_sharded(checkpoint, self.train_model, self.optimizer)
-        else:
-            checkpointing.restore(
-                self.train_model,
-                self.optimizer,
-                checkpointing.load_model_state(checkpoint),
-                saved["optimizer"],
+    def _resume(self) -> Path | None:
+        """Restore the newest checkpoint that loads; a damaged newer one is skipped (and set aside) with the
+        reason said. None when the run has no checkpoint yet; a CheckpointError when none loads."""
+        try:
+            found = checkpointing.load_newest(
+                self.run_dir,
+                lambda checkpoint: restore_checkpoint(
+                    checkpoint,
+                    self.train_model,
+                    self.optimizer,
+                    self.train_loader,
+                    self.manifest,
+                    self.plan,
+                ),
             )
-        checkpointing.set_rng_state(saved["rng"])
-        self.train_loader.load_state_dict(saved["loader"])
-        self.state = TrainState.from_state_dict(saved)
+        except checkpointing.CheckpointError as error:
+            raise checkpointing.CheckpointError(f"--resume: {error}") from None
+        if found is None:
+            return None
+        checkpoint, self.state, skipped = found
+        if self.info.is_main:
+            for partial in checkpointing.incomplete_checkpoints(self.run_dir):
+                if partial.name > checkpoint.name:
+                    print(
+                        f"--resume: ignored {partial.name}: no {COMPLETE_MARKER} marker (an incomplete checkpoint)"
+                    )
+        barrier()  # every process has loaded before rank 0 moves anything
+        if self.info.is_main:
+            for damaged, error in skipped:
+                print(f"--resume: skipped {damaged.name}: {error}", flush=True)
+                print(f"--resume: {damaged.name} moved to {checkpointing.set_aside(damaged)}", flush=True)
+        return checkpoint
 
     def _write_run_files(self) -> None:
         """config.yaml, metrics.jsonl cut back to the resumed step, and the run's description."""
         if self.info.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(
-                self.run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(self.config), sort_keys=False)
-            )
+            if (
+                self.resumed_from is None
+            ):  # a resumed run keeps its recorded recipe; changes go to CHANGES_FILE
+                write_text_atomic(
+                    self.run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(self.config), sort_keys=False)
+                )
             truncate_metrics(self.run_dir / METRICS_FILE, after_step=self.state.step)
         self.metrics = MetricsLog(self.run_dir, enabled=self.info.is_main)
         if self.info.is_main:
@@ -375,7 +468,7 @@ class Trainer:
         return (
             self.resumed_from is not None
             and self.state.step == self.start_step
-            and self.state.last_val_loss is not None
+            and self.state.last_val_loss_estimate is not None
         )
 
     def train_step(self) -> StepResult:
@@ -395,37 +488,68 @@ class Trainer:
                 loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
-        train_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).item()
-
-        if not math.isfinite(train_loss):
-            self.optimizer.zero_grad(set_to_none=True)
-            last = checkpointing.latest_checkpoint(self.run_dir)
-            raise NonFiniteLossError(
-                f"step {step}: the training loss is {train_loss}; stopped without updating the model. "
-                + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
-                stop_reason=f"non-finite loss at step {step}",
-            )
-
+        mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum)
         max_norm = self.config.optim.grad_clip if self.config.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.train_model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
-        self.optimizer.step()
+        # one host sync for both numbers; both are checked before the update touches the weights
+        train_loss, norm = torch.stack([mean_loss.float(), grad_norm.float().to(mean_loss.device)]).tolist()
+
+        finite = math.isfinite(train_loss) and math.isfinite(norm)
+        if finite:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if not finite:
+            self._non_finite(step, train_loss, norm)
 
         seconds = time.perf_counter() - step_start
         state.step = step
         state.tokens_seen += run_plan.tokens_per_step
         state.train_time_s += seconds
-        state.last_train_loss = train_loss
-        return StepResult(loss=train_loss, grad_norm=float(grad_norm), lr=lr, seconds=seconds)
+        if finite:
+            state.last_train_loss = train_loss
+        else:
+            state.skipped_steps += 1
+        return StepResult(loss=train_loss, grad_norm=norm, lr=lr, seconds=seconds, skipped=not finite)
+
+    def _non_finite(self, step: int, loss: float, grad_norm: float) -> None:
+        """A NaN/inf loss or gradient norm (the update was not applied): stop (the default), or with
+        ``on_nonfinite: skip`` say so and go on to the next batch."""
+        what = (
+            f"the training loss is {loss}"
+            if not math.isfinite(loss)
+            else f"the gradient norm is {grad_norm} (training loss {loss:.4f})"
+        )
+        if self.config.on_nonfinite == "skip":
+            if self.info.is_main:
+                print(f"step {step}: {what}; update skipped (on_nonfinite: skip)", flush=True)
+            return
+        last = checkpointing.latest_checkpoint(self.run_dir)
+        raise NonFiniteLossError(
+            f"step {step}: {what}; stopped without updating the model. "
+            + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet.")
+            + " (on_nonfinite=skip skips such updates instead.)",
+            stop_reason=f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step}",
+        )
 
     def log_step(self, result: StepResult) -> None:
         """A metrics record and a progress line every ``log_every`` steps (and at the last step)."""
         state, total_steps = self.state, self.plan.total_steps
         self.interval_s += result.seconds
         self.interval_steps += 1
-        if state.step % self.config.log_every == 0 or state.step == total_steps:
+        if result.skipped:  # always recorded, without a train_loss (readers of train_loss see only updates)
+            self.metrics.write(
+                {
+                    "step": state.step,
+                    "tokens": state.tokens_seen,
+                    "skipped_update": "non-finite loss or gradient norm",
+                    "loss": result.loss,
+                    "grad_norm": result.grad_norm,
+                    "lr": result.lr,
+                }
+            )
+        elif state.step % self.config.log_every == 0 or state.step == total_steps:
             tokens_per_s = self.interval_steps * self.plan.tokens_per_step / max(self.interval_s, 1e-9)
             tflops = self.flops_per_token * tokens_per_s / self.info.world_size / 1e12  # achieved, per device
             mfu = tflops * 1e12 / self.peak_flops
@@ -460,16 +584,24 @@ class Trainer:
         self.progress.update(1)
 
     def validate(self) -> float:
-        """The validation loss now (recorded in the state and metrics.jsonl)."""
+        """The validation-loss estimate now, over the first ``val_windows`` windows of the val split (recorded
+        in the state and metrics.jsonl as ``val_loss_estimate``)."""
         state = self.state
-        val_loss = validation_loss(
+        estimate = validation_loss(
             self.train_model, self.val_loader, self.config.val_batches, self.device, self.autocast
         )
-        state.last_val_loss = val_loss
-        if state.best_val_loss is None or val_loss < state.best_val_loss:
-            state.best_val_loss = val_loss
-        self.metrics.write({"step": state.step, "tokens": state.tokens_seen, "val_loss": val_loss})
-        return val_loss
+        state.last_val_loss_estimate = estimate
+        if state.best_val_loss_estimate is None or estimate < state.best_val_loss_estimate:
+            state.best_val_loss_estimate = estimate
+        self.metrics.write(
+            {
+                "step": state.step,
+                "tokens": state.tokens_seen,
+                "val_loss_estimate": estimate,
+                "val_windows": self.val_windows,
+            }
+        )
+        return estimate
 
     # ---- checkpoints and summaries
 
@@ -480,6 +612,15 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
+        poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
+        if any_rank(bool(poisoned), self.device):
+            last = checkpointing.latest_checkpoint(self.run_dir)
+            raise NonFiniteLossError(
+                f"step {state.step}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3]) or 'the model'}; "
+                "no checkpoint written. "
+                + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
+                stop_reason=f"non-finite weights at step {state.step}",
+            )
         if self.sharded_checkpoints:  # every rank writes its shards into the staging directory first
             staging = checkpointing.staging_dir(self.run_dir, state.step)
             if self.info.is_main:
@@ -505,7 +646,7 @@ class Trainer:
                 "interface": self.model_config.interface.name,
                 "seed": self.config.seed,
                 "train_loss": state.last_train_loss,
-                "val_loss": state.last_val_loss,
+                "val_loss_estimate": state.last_val_loss_estimate,
             }
             path = checkpointing.save_checkpoint(
                 self.run_dir,
@@ -545,7 +686,10 @@ class Trainer:
                 **self.ceiling.provenance,
             },
             "final_train_loss": state.last_train_loss,
-            "final_val_loss": state.last_val_loss,
+            "final_val_loss_estimate": state.last_val_loss_estimate,
+            "best_val_loss_estimate": state.best_val_loss_estimate,
+            "val_estimate_windows": self.val_windows,
+            "skipped_steps": state.skipped_steps,
             "params": self.breakdown.as_dict(),
             "interface": self.model_config.interface.name,
             "seed": self.config.seed,
@@ -561,19 +705,21 @@ class Trainer:
 
     def _write_summary(self, summary: dict[str, Any]) -> None:
         if self.info.is_main:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, summary)
+            write_json_atomic(self.run_dir / SUMMARY_FILE, finite_or_null(summary))
 
     def _print_done(self, summary: dict[str, Any]) -> None:
+        """One closing line; an interrupted run says so and shows only the numbers it has."""
         if not self.info.is_main:
             return
         state = self.state
-        val = state.last_val_loss
-        print(
-            f"done: step {state.step}, {state.tokens_seen:,} tokens, train loss {state.last_train_loss:.4f}, val loss "
-            f"{val if val is None else round(val, 4)}, "
-            f"{human(summary['tokens_per_s'])} tok/s -> {self.run_dir}",
-            flush=True,
-        )
+        parts = [f"step {state.step}/{self.plan.total_steps}", f"{state.tokens_seen:,} tokens"]
+        if state.last_train_loss is not None:
+            parts.append(f"train loss {state.last_train_loss:.4f}")
+        if state.last_val_loss_estimate is not None:
+            parts.append(f"val loss estimate ({self.val_windows} windows) {state.last_val_loss_estimate:.4f}")
+        parts.append(f"{human(summary['tokens_per_s'])} tok/s")
+        head = "done" if summary["completed"] else f"stopped ({summary['stop_reason']})"
+        print(f"{head}: {', '.join(parts)} -> {self.run_dir}", flush=True)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -673,7 +819,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.handle.write(json.dumps(record) + "\n")
+        record = finite_or_null(record)
+        self.handle.write(json.dumps(record, allow_nan=False) + "\n")
         self.handle.flush()
         if self.tensorboard is not None:
             for key, value in record.items():
@@ -687,43 +834,250 @@ class MetricsLog:
             self.tensorboard.close()
 
 
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN/inf float replaced by None: strict JSON has no NaN, and a bare ``NaN`` in
+    metrics.jsonl or summary.json breaks other readers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory (``RUN_DIR/.lock``, held by the main process), so two trainings
+    never write one run. It is an ``flock``: the kernel releases it when the process exits, however it exits,
+    so a killed run never leaves a stale lock behind."""
+
+    FILE = ".lock"
+
+    def __init__(self, run_dir: Path, info: DistInfo) -> None:
+        self.run_dir, self.info, self.handle = run_dir, info, None
+
+    def __enter__(self) -> RunDirLock:
+        error = None
+        if self.info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            path = self.run_dir / self.FILE
+            self.handle = open(path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self.handle.seek(0)
+                holder = self.handle.read().strip() or "unknown"
+                self.handle.close()
+                self.handle = None
+                error = (
+                    f"{self.run_dir} is in use by another training process (pid {holder}; lock {path}). Wait for "
+                    "it to finish or stop it; the lock is released when that process exits"
+                )
+            else:
+                self.handle.seek(0)
+                self.handle.truncate()
+                self.handle.write(f"{os.getpid()}\n")
+                self.handle.flush()
+        if any_rank(error is not None, self.info.device):
+            raise RunDirInUseError(error or f"{self.run_dir} is in use by another training process")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
+class RunDirInUseError(FileExistsError):
+    """Another process is training in this run directory."""
+
+
 def truncate_metrics(path: Path, after_step: int) -> None:
-    """Drop records past ``after_step`` (left by a process killed after its last checkpoint), atomically."""
+    """Drop records past ``after_step`` (left by a process killed after its last checkpoint), atomically; a torn
+    last line goes too (``rundir.read_jsonl``'s one rule), and an old bare NaN becomes null."""
     if not path.exists():
         return
-    kept = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, start=1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            if number == len(lines):  # only the last line can be cut short by a kill
-                continue
-            raise ValueError(f"{path}:{number}: not a JSON record ({error})") from error
-        if record.get("step", 0) <= after_step:
-            kept.append(line)
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
+    kept = [record for record in read_jsonl(path) if record.get("step", 0) <= after_step]
+    write_text_atomic(path, "".join(json.dumps(finite_or_null(r), allow_nan=False) + "\n" for r in kept))
 
 
-def check_resumable(run_dir: Path, checkpoint: Path, config: TrainConfig, manifest: dict[str, Any]) -> None:
-    """Resuming must not silently change the experiment: same model, seed, batch, data and tokenizer."""
-    saved_path = run_dir / CONFIG_FILE
-    if not saved_path.exists():
-        return
-    saved = load_yaml(saved_path)
-    current = to_dict(config)
-    for key in ("model", "seed", "batch_tokens", "seq_len", "data"):
-        if saved.get(key) != current.get(key):
-            raise ValueError(
-                f"--resume: {key} differs from {saved_path} ({saved.get(key)!r} there, {current.get(key)!r} "
-                "now); start a new run directory to change it"
-            )
-    meta = read_json(checkpoint / META_FILE)
-    if meta.get("tokenizer_hash") != manifest.get("tokenizer_hash"):
+# Fields that decide what the run computes and cannot change on resume, even when asked: the weights, the
+# data order and the position in it are tied to them.
+FIXED_ON_RESUME = ("model", "seed", "seq_len", "batch_tokens")
+# Fields that say how the run executes, not what it computes: free to change on resume (another machine).
+OPERATIONAL_FIELDS = (
+    "device",
+    "compile",
+    "activation_checkpointing",
+    "parallel",
+    "peak_flops",
+    "log_every",
+    "val_every",
+    "checkpoint_every",
+    "keep_last",
+    "micro_batch",
+    "on_nonfinite",
+    "checkpoint_format",
+)
+CHANGES_FILE = "config_changes.json"
+
+
+@dataclass(frozen=True)
+class Change:
+    """A field of the recipe changed on resume."""
+
+    field: str  # dotted, e.g. optim.lr
+    recorded: Any
+    now: Any
+
+
+def has_checkpoints(run_dir: Path) -> bool:
+    """Whether the run directory holds checkpoints (complete ones, or damaged ones set aside)."""
+    root = run_dir / checkpointing.CHECKPOINTS_DIR
+    return bool(checkpointing.complete_checkpoints(run_dir)) or any(
+        root.glob(f"{checkpointing.DAMAGED_PREFIX}*")
+    )
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1}}`` -> ``{"optim.lr": 1}``."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[last] = value
+
+
+def read_changes(run_dir: Path) -> list[dict[str, Any]]:
+    """The history of recipe changes made on resume (``config_changes.json``), oldest first."""
+    path = run_dir / CHANGES_FILE
+    if not path.exists():
+        return []
+    history = read_json(path)
+    if not isinstance(history, list) or not all(
+        isinstance(entry, dict) and {"after_step", "field", "to"} <= entry.keys() for entry in history
+    ):
+        raise ValueError(f"{path}: expected a list of {{after_step, field, from, to}} records")
+    return history
+
+
+def recorded_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's current recipe: config.yaml (as first written, never rewritten) with the changes of
+    config_changes.json applied in order; None when the run has no config.yaml."""
+    path = run_dir / CONFIG_FILE
+    if not path.exists():
+        return None
+    recipe = load_yaml(path)
+    for entry in read_changes(run_dir):
+        set_dotted(recipe, entry["field"], entry["to"])
+    return recipe
+
+
+def check_resumable(run_dir: Path, config: TrainConfig, allow_change: Sequence[str] = ()) -> list[Change]:
+    """Resuming continues the recorded recipe. Each field that differs is named; fields of FIXED_ON_RESUME
+    are refused always, others unless named (or their section named) in ``allow_change``. Returns the
+    permitted changes."""
+    recorded = recorded_config(run_dir)
+    if recorded is None:
+        return []
+    where = run_dir / CONFIG_FILE
+    was, now = flatten(recorded), flatten(to_dict(config))
+    differing = [  # a field only one side has (a field added by a later version) is not a change
+        Change(name, was[name], now[name])
+        for name in sorted(was.keys() & now.keys())
+        if was[name] != now[name] and name.split(".")[0] not in OPERATIONAL_FIELDS
+    ]
+
+    def listed(changes: list[Change]) -> str:
+        return "\n".join(f"  {c.field}: {c.recorded!r} recorded, {c.now!r} now" for c in changes)
+
+    fixed = [c for c in differing if c.field.split(".")[0] in FIXED_ON_RESUME]
+    if fixed:
         raise ValueError(
-            f"--resume: the dataset's tokenizer hash {manifest.get('tokenizer_hash')} differs from the "
-            f"checkpoint's {meta.get('tokenizer_hash')} ({checkpoint / META_FILE})"
+            f"--resume: the run in {run_dir} was trained with a different experiment ({where}):\n{listed(fixed)}\n"
+            "These cannot change within a run; start a new run directory to change them"
         )
+    allowed = {name.strip() for name in allow_change}
+    refused = [c for c in differing if not any(c.field == a or c.field.startswith(a + ".") for a in allowed)]
+    if refused:
+        flags = " ".join(f"--allow-change {c.field}" for c in refused)
+        raise ValueError(
+            f"--resume continues the recorded recipe ({where}), and these fields differ from it:\n"
+            f"{listed(refused)}\nDrop these overrides to continue unchanged, or pass {flags} to change them from "
+            f"the resumed step on (recorded in {run_dir / CHANGES_FILE}; config.yaml is kept as first written)"
+        )
+    return differing
+
+
+def record_changes(run_dir: Path, changes: list[Change], step: int) -> None:
+    """Append permitted recipe changes to the run's history, with the step they take effect after."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    history = read_changes(run_dir) + [
+        {"after_step": step, "field": c.field, "from": c.recorded, "to": c.now, "time": when} for c in changes
+    ]
+    write_json_atomic(run_dir / CHANGES_FILE, history)
+    for c in changes:
+        print(
+            f"--resume: {c.field} changed from {c.recorded!r} to {c.now!r} after step {step} (--allow-change)",
+            flush=True,
+        )
+
+
+def restore_checkpoint(
+    checkpoint: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: TokenLoader,
+    manifest: dict[str, Any],
+    run_plan: Plan,
+) -> TrainState:
+    """Restore a run's model, optimizer, RNG and loader from ``checkpoint``; its TrainState. A damaged
+    checkpoint is a CheckpointError naming the file (``_resume`` then tries the one before)."""
+    saved = checkpointing.load_for_resume(
+        checkpoint, model, optimizer, loader, tokenizer_hash=manifest.get("tokenizer_hash")
+    )
+    where = checkpoint / checkpointing.TRAIN_STATE_FILE
+    state = TrainState.from_state_dict(saved, where=str(where))
+    # batch_tokens never changes within a run, so these three numbers must agree
+    if state.tokens_seen != state.step * run_plan.tokens_per_step:
+        raise checkpointing.CheckpointError(
+            f"{where}: {state.tokens_seen} tokens seen in {state.step} steps of {run_plan.tokens_per_step} tokens"
+        )
+    if loader.position != state.step * run_plan.grad_accum:
+        raise checkpointing.CheckpointError(
+            f"{where}: the loader is at micro-step {loader.position}, not at step {state.step}'s "
+            f"{state.step * run_plan.grad_accum}"
+        )
+    return state
+
+
+def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> None:
+    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
+    for checkpoint in reversed(checkpointing.complete_checkpoints(run_dir)):
+        try:
+            checkpointing.verify_digests(checkpoint, only=(META_FILE,))
+            meta = checkpointing.read_meta(checkpoint)
+        except checkpointing.CheckpointError:
+            continue  # a damaged meta.json: _resume reports it
+        trained = meta.get("tokenizer_hash")
+        if trained != manifest.get("tokenizer_hash"):
+            raise ValueError(
+                f"--resume: the dataset {data_dir} (tokenizer {str(manifest.get('tokenizer_hash'))[:12]}…, "
+                f"{manifest.get('vocab_size')} tokens) is not tokenized like the one this run was trained on "
+                f"({meta.get('data_dir')}, tokenizer {str(trained)[:12]}…, per {checkpoint / META_FILE}); "
+                f"resume with data.dir={meta.get('data_dir')}, or a dataset prepared with that tokenizer"
+            )
+        return
 
 
 def peak_memory_gb(device: torch.device) -> float:

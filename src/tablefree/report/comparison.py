@@ -234,6 +234,11 @@ def _compare(
     pairs: list[tuple[Run, Run]], question: str, a: str, b: str, n_boot: int
 ) -> dict[str, Any] | None:
     task, _, metric = question.partition("/")
+    pairs = [
+        (ra, rb) for ra, rb in pairs if question in ra.metric_values() and question in rb.metric_values()
+    ]
+    if not pairs:
+        return None
     tokens = np.mean(
         [run.summary.get("tokens_seen", 0) for pair in pairs for run in pair if run.summary] or [0]
     )

@@ -1,0 +1,162 @@
+"""Nothing poisoned, nothing lost: non-finite steps, damaged checkpoints, a locked run directory (issue 12)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tablefree.checkpoint import load_model
+from tablefree.train import checkpointing, trainer
+from tablefree.train.trainer import NonFiniteLossError, RunDirInUseError, train
+from train_helpers import make_dataset, micro_config, train_losses
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("reliability") / "data")
+
+
+def strict_records(path) -> list[dict]:
+    """JSON lines parsed strictly: a bare NaN or Infinity (not JSON) fails."""
+
+    def refuse(constant: str):
+        raise AssertionError(f"{path}: bare {constant} in the file")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+def test_nan_gradient_norm_stops_before_the_update_and_no_poisoned_checkpoint(data_dir, tmp_path) -> None:
+    # the issue's recipe: at step 3 the loss is finite but the gradient norm is NaN
+    run_dir = tmp_path / "run"
+    config = micro_config(
+        data_dir,
+        budget="6 steps",
+        checkpoint_every=1,
+        keep_last=1,
+        **{"optim.lr": 1e6, "schedule.warmup_steps": 0},
+    )
+    with pytest.raises(NonFiniteLossError, match=r"step 3: the gradient norm is nan.*step_00000002"):
+        train(config, run_dir)
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000002"]
+    weights = load_file(str(checkpointing.latest_checkpoint(run_dir) / "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "non-finite gradient norm at step 3" and summary["step"] == 2
+    strict_records(run_dir / "metrics.jsonl")
+
+
+def test_skip_mode_skips_the_update_and_keeps_the_files_valid_json(monkeypatch, data_dir, tmp_path) -> None:
+    calls = {"n": 0}
+    real_loss = trainer.next_token_loss
+
+    def loss(logits, targets, reduction="mean"):  # micro-step 5 belongs to optimizer step 3 (grad_accum 2)
+        calls["n"] += 1
+        value = real_loss(logits, targets, reduction)
+        return value * float("nan") if calls["n"] == 5 else value
+
+    monkeypatch.setattr(trainer, "next_token_loss", loss)
+    run_dir = tmp_path / "run"
+    summary = train(micro_config(data_dir, budget="5 steps", on_nonfinite="skip"), run_dir)
+    assert summary["completed"] and summary["skipped_steps"] == 1 and summary["step"] == 5
+    records = strict_records(run_dir / "metrics.jsonl")
+    skipped = [r for r in records if "skipped_update" in r]
+    assert [r["step"] for r in skipped] == [3] and skipped[0]["loss"] is None
+    assert sorted(train_losses(run_dir)) == [1, 2, 4, 5]
+    model, _ = load_model(run_dir)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_non_finite_weights_are_never_written(monkeypatch, data_dir, tmp_path) -> None:
+    real_save = trainer.Trainer.save
+
+    def save_after_poisoning(self):  # weights gone non-finite by the time of the save
+        with torch.no_grad():
+            self.model.head.weight[0, 0] = float("inf")
+        return real_save(self)
+
+    monkeypatch.setattr(trainer.Trainer, "save", save_after_poisoning)
+    run_dir = tmp_path / "run"
+    with pytest.raises(
+        NonFiniteLossError, match=r"step 2: non-finite weights .* in head.weight; no checkpoint"
+    ):
+        train(micro_config(data_dir, budget="4 steps", checkpoint_every=2), run_dir)
+    assert checkpointing.complete_checkpoints(run_dir) == []
+    assert not list((run_dir / "checkpoints").glob(".step_*"))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "non-finite weights at step 2"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncate_train_state", "truncate_weights", "nan_weights_old_format"])
+def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tmp_path, capsys) -> None:
+    reference = tmp_path / "reference"
+    config = micro_config(data_dir, budget="6 steps", checkpoint_every=2, keep_last=0)
+    train(config, reference)
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir)
+    newest = checkpointing.latest_checkpoint(run_dir)
+    assert newest.name == "step_00000004"
+    if damage == "truncate_train_state":
+        path = newest / checkpointing.TRAIN_STATE_FILE
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "truncate_weights":
+        path = newest / "model.safetensors"
+        path.write_bytes(path.read_bytes()[:100])
+    else:  # a NaN-poisoned checkpoint written by an older version (no digests to catch it)
+        path = newest / "model.safetensors"
+        weights = load_file(str(path))
+        weights["head.weight"][0, 0] = float("nan")
+        from safetensors.torch import save_file
+
+        save_file(weights, str(path), metadata={"format": "pt"})
+        (newest / "COMPLETE").write_text('{"complete": true}')
+    capsys.readouterr()
+    summary = train(config, run_dir, resume=True, allow_change=["budget"])
+    out = capsys.readouterr().out
+    assert f"--resume: skipped step_00000004: {path}" in out
+    assert "resumed from" in out and "step_00000002 (step 2" in out
+    assert (run_dir / "checkpoints" / "damaged-step_00000004").is_dir()  # kept aside, out of pruning's way
+    assert summary["completed"] and train_losses(run_dir) == train_losses(reference)
+
+
+def test_resume_with_every_checkpoint_damaged_names_each(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir)
+    for checkpoint in checkpointing.complete_checkpoints(run_dir):
+        (checkpoint / checkpointing.TRAIN_STATE_FILE).write_bytes(b"")
+    with pytest.raises(checkpointing.CheckpointError, match=r"no checkpoint .* can be loaded") as caught:
+        train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir, resume=True)
+    assert str(caught.value).count("train_state.pt") == 2
+
+
+def test_a_run_directory_is_locked_while_training_and_freed_when_its_holder_dies(data_dir, tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    config = micro_config(data_dir, budget="2 steps")
+    train(config, run_dir)
+    with open(run_dir / ".lock", "a+") as held:  # another training process holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunDirInUseError, match=r"is in use by another training process"):
+            train(config, run_dir, resume=True)
+    # a holder killed with SIGKILL takes its lock with it
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(600)",
+            str(run_dir / ".lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait()
+    summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True, allow_change=["budget"])
+    assert summary["completed"] and summary["step"] == 3
