@@ -393,3 +393,19 @@ def test_the_ablation_interfaces_train(tmp_path, markov_data, name: str) -> None
     assert last < first - 0.1, losses
     model, _ = load_model(run)
     assert model.config.interface.name == name
+
+
+def test_gaussian_hash_is_lowbias32() -> None:
+    """The int64 arithmetic (no overflow) computes Wellons' 32-bit hash exactly."""
+    from tablefree.interfaces.gaussian import hash32
+
+    def reference(x: int) -> int:
+        x ^= x >> 16
+        x = (x * 0x7FEB352D) & 0xFFFFFFFF
+        x ^= x >> 15
+        x = (x * 0x846CA68B) & 0xFFFFFFFF
+        return x ^ (x >> 16)
+
+    values = [0, 1, 2, 12345, 0xFFFFFFFF, 0x80000000, *range(1000, 200_000, 997)]
+    hashed = hash32(torch.tensor(values, dtype=torch.int64)).tolist()
+    assert hashed == [reference(v) for v in values]

@@ -188,3 +188,19 @@ def test_intervals_cover_the_truth_in_simulated_sweeps(seeds: int) -> None:
         false_resolved += null.excludes_zero
     assert 0.93 <= covered / sweeps <= 0.97
     assert false_resolved / sweeps <= 0.05
+
+
+def test_one_seed_against_chance_uses_the_examples_alone() -> None:
+    # One run right on 300 of 400 four-way examples: far above chance 1/4 even without a seed estimate.
+    scores = np.array([[1.0] * 300 + [0.0] * 100])
+    d = paired_difference(scores, np.full(400, 0.25), n_boot=2000, one_seed_interval=True)
+    assert d.estimate == pytest.approx(0.5) and d.excludes_zero and d.seeds == 1
+    assert d.se == pytest.approx(math.sqrt(0.75 * 0.25 / 400), rel=0.1)
+    assert paired_difference(scores, np.full(400, 0.25), n_boot=2000).low is None  # pairs of interfaces: none
+
+
+def test_no_variation_at_all_is_a_point_interval() -> None:
+    # LAMBADA at this scale: every example 0 for every seed and for chance
+    d = paired_difference(np.zeros((1, 50)), np.zeros(50), n_boot=200, one_seed_interval=True)
+    assert (d.estimate, d.low, d.high, d.p_value, d.detectable) == (0.0, 0.0, 0.0, 1.0, 0.0)
+    assert not d.excludes_zero

@@ -49,6 +49,7 @@ def record_run(monkeypatch, config, run_dir):
     return captured, summary
 
 
+@pytest.mark.slow
 def test_matched_init_and_data_order_across_interfaces(monkeypatch, data_dir, tmp_path) -> None:
     runs = {}
     for name in ("learned", "canonical", "affine"):
@@ -72,6 +73,7 @@ def test_matched_init_and_data_order_across_interfaces(monkeypatch, data_dir, tm
     assert not torch.equal(reseeded["targets"][0], runs["learned"]["targets"][0])
 
 
+@pytest.mark.slow
 def test_run_directory_format(data_dir, tmp_path) -> None:
     config = micro_config(data_dir, budget="6 steps", checkpoint_every=2, keep_last=2, val_every=3)
     run_dir = tmp_path / "run"
@@ -221,6 +223,7 @@ def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_
     assert summary["completed"] and summary["step"] == 3
 
 
+@pytest.mark.slow
 def test_activation_checkpointing_changes_nothing_but_memory(data_dir, tmp_path) -> None:
     train(micro_config(data_dir, budget="3 steps"), tmp_path / "plain")
     train(micro_config(data_dir, budget="3 steps", activation_checkpointing=True), tmp_path / "ac")

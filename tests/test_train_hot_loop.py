@@ -56,3 +56,16 @@ def test_the_model_skips_its_own_id_check_only_inside_ids_checked_by_caller() ->
     assert not [t for t in reads if t.dtype == torch.int64]
     with pytest.raises(ValueError, match="token id 96"):  # and the check is back outside
         model(bad)
+
+
+def test_checkpoint_format_none_writes_no_checkpoint(tmp_path) -> None:
+    """What the GPU benchmark uses: a 1.7B checkpoint would be 21 GB and a minute of a lent machine."""
+    from tablefree.train.checkpointing import complete_checkpoints
+    from tablefree.train.trainer import train
+    from train_helpers import make_dataset
+
+    config = micro_config(make_dataset(tmp_path / "data"), budget="2 steps", checkpoint_format="none")
+    summary = train(config, tmp_path / "run")
+    assert summary["completed"] and summary["step"] == 2
+    assert complete_checkpoints(tmp_path / "run") == []
+    assert not (tmp_path / "run" / "checkpoints").exists()

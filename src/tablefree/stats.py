@@ -112,6 +112,7 @@ def paired_difference(
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int = DEFAULT_SEED,
     confidence: float = 0.95,
+    one_seed_interval: bool = False,
 ) -> Difference:
     """Paired-by-seed difference of A and B with a seeds × evaluation-set interval (see the module docstring).
 
@@ -119,7 +120,9 @@ def paired_difference(
     example) d, holding the metric's sum over the cluster's units (a document's nats; an example's score).
     ``weights`` (clusters,) are the units per cluster (a document's tokens; 1 per example when None). The metric
     of a run is sum over clusters / sum of weights. ``sums_b`` may also be a (clusters,) reference (a chance
-    level) shared by every seed. With ``n_boot`` 0, or one cluster, only the seed variation enters.
+    level) shared by every seed. With ``n_boot`` 0, or one cluster, only the seed variation enters. With one
+    seed there is no interval, unless ``one_seed_interval`` asks for the evaluation-set part alone (as the test
+    against chance does: a single run far above chance is not at chance).
     """
     a = _matrix(sums_a, "sums_a")
     b = np.broadcast_to(np.asarray(sums_b, dtype=np.float64), a.shape) if np.ndim(sums_b) == 1 else sums_b
@@ -138,11 +141,11 @@ def paired_difference(
     clusters = int(scored.sum())
     per_seed = (a - b).sum(axis=1) / w.sum()
     estimate = float(per_seed.mean())
-    if seeds < 2:
+    if seeds < 2 and not (one_seed_interval and n_boot and clusters > 1):
         return Difference(
             estimate, None, None, "one seed: no estimate of the seed variation", seeds, clusters
         )
-    v_seed = float(per_seed.var(ddof=1)) / seeds
+    v_seed = float(per_seed.var(ddof=1)) / seeds if seeds > 1 else 0.0
     v_eval = 0.0
     if n_boot and clusters > 1:
         replicates = _cluster_bootstrap((a - b).mean(axis=0, keepdims=True), w, n_boot, seed)[:, 0]
@@ -155,6 +158,8 @@ def paired_difference(
         if v_eval > 0 or (n_boot and clusters > 1)
         else f"paired by seed (t, {seeds - 1} df); evaluation-set sampling not included"
     )
+    if seeds < 2:
+        method = f"one seed: cluster bootstrap over {clusters} documents/examples only ({n_boot} replicates)"
     return _t_interval(estimate, v_seed, seeds - 1, v_eval, clusters - 1, method, seeds, clusters, confidence)
 
 
@@ -370,9 +375,18 @@ def _t_interval(
     if se == 0:
         p = 1.0 if estimate == 0 else 0.0
         return Difference(
-            estimate, estimate, estimate, method, seeds, clusters, 0.0, float(df_seed), p, confidence
+            estimate,
+            estimate,
+            estimate,
+            method,
+            seeds,
+            clusters,
+            0.0,
+            float(max(df_seed, df_eval, 1)),
+            p,
+            confidence,
         )
-    parts = v_seed**2 / df_seed + (v_eval**2 / df_eval if df_eval > 0 else 0.0)
+    parts = (v_seed**2 / df_seed if df_seed > 0 else 0.0) + (v_eval**2 / df_eval if df_eval > 0 else 0.0)
     df = (v_seed + v_eval) ** 2 / parts
     half = student_t_ppf(0.5 + confidence / 2, df) * se
     p = 2 * (1 - student_t_cdf(abs(estimate) / se, df))

@@ -194,7 +194,7 @@ def benchmark_difference(
     sums_b = np.stack([scores[rb.name] for _, rb in pairs])
     difference = stats.paired_difference(sums_a, sums_b, n_boot=n_boot)
     against_chance = {
-        side: stats.paired_difference(sums, chance, n_boot=n_boot)
+        side: stats.paired_difference(sums, chance, n_boot=n_boot, one_seed_interval=True)
         for side, sums in (("a", sums_a), ("b", sums_b))
     }
     info = {

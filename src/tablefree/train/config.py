@@ -157,7 +157,8 @@ class TrainConfig:
     keep_last: int = 3  # checkpoints kept; 0 keeps all
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
     # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
-    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
+    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes;
+    # none: no checkpoints at all (benchmarks)
     checkpoint_format: str = "auto"
 
     def __post_init__(self) -> None:
@@ -179,8 +180,8 @@ class TrainConfig:
                 f"on_nonfinite: expected stop|skip, got {self.on_nonfinite!r}",
             ),
             (
-                self.checkpoint_format in ("auto", "full", "sharded"),
-                f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",
+                self.checkpoint_format in ("auto", "full", "sharded", "none"),
+                f"checkpoint_format: expected auto|full|sharded|none, got {self.checkpoint_format!r}",
             ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),

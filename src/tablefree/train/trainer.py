@@ -12,7 +12,7 @@ processes = ``batch_tokens`` tokens. A run directory holds::
                      #   val_loss_estimate, val_windows)
     summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss_estimate, ...
 
-The in-training validation *estimate* (``val_loss_estimate``: the mean loss over the first ``val_windows`` =
+The in-training validation *estimate* (``val_loss_estimate``: the mean loss over ``val_windows`` =
 val_batches × micro_batch windows of the val split) is named so everywhere, to keep it apart from the
 evaluation over the whole validation split (``tablefree eval``), a different number.
     checkpoints/step_XXXXXXXX/   # see tablefree.train.checkpointing
@@ -330,10 +330,17 @@ class Trainer:
             shuffle=config.data.shuffle,
             **loader_args,
         )
+        # The estimate's windows are spread over the whole val split by a fixed permutation (seed 0, the same
+        # for every run, so runs stay paired), not its first windows: those fall in one or two documents.
         self.val_loader = TokenLoader.from_dir(
-            self.data_dir, "val", self.plan.seq_len, config.micro_batch, shuffle=False, **loader_args
+            self.data_dir,
+            "val",
+            self.plan.seq_len,
+            config.micro_batch,
+            shuffle=True,
+            **{**loader_args, "seed": 0},
         )
-        # the in-training validation estimate's size (validation_loss reads the first this many windows)
+        # the in-training validation estimate's size (validation_loss reads this many windows)
         self.val_windows = min(config.val_batches * config.micro_batch, self.val_loader.num_chunks)
         self.autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16)
@@ -441,7 +448,12 @@ class Trainer:
                         stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
                         if self.info.is_main:
                             print(
-                                f"\n{stop_reason} after step {state.step}; checkpoint saved. Continue with --resume.",
+                                f"\n{stop_reason} after step {state.step}; "
+                                + (
+                                    "no checkpoint (checkpoint_format: none)."
+                                    if self.config.checkpoint_format == "none"
+                                    else "checkpoint saved. Continue with --resume."
+                                ),
                                 flush=True,
                             )
                         break
@@ -584,7 +596,7 @@ class Trainer:
         self.progress.update(1)
 
     def validate(self) -> float:
-        """The validation-loss estimate now, over the first ``val_windows`` windows of the val split (recorded
+        """The validation-loss estimate now, over ``val_windows`` windows spread over the val split (recorded
         in the state and metrics.jsonl as ``val_loss_estimate``)."""
         state = self.state
         estimate = validation_loss(
@@ -612,6 +624,9 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
+        if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
+            self.saved_at = state.step
+            return None
         poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
         if any_rank(bool(poisoned), self.device):
             last = checkpointing.latest_checkpoint(self.run_dir)
@@ -759,7 +774,7 @@ def validation_loss(
     device: torch.device,
     autocast: Any,
 ) -> float:
-    """Mean loss over the first ``val_batches × micro_batch`` windows of the val split, whatever the world
+    """Mean loss over ``val_batches × micro_batch`` windows of the val split (the loader's order), whatever the world
     size (each process takes its slots; padding slots beyond the set are masked out)."""
     total = min(val_batches * loader.batch_size, loader.num_chunks)
     micro_steps = math.ceil(total / (loader.batch_size * loader.world_size))
