@@ -1,5 +1,10 @@
-"""Training throughput and peak memory of the `small` preset on CPU: our trainer with each interface, and a
-plain nanoGPT-style reference loop with the same shapes (no tablefree code), all in one run.
+"""Training throughput and peak memory of the `small` preset on CPU: our trainer with each interface and
+precision, and a plain nanoGPT-style reference loop with the same shapes (no tablefree code), all in one run.
+
+Variants: ``reference`` (fp32 eager), ``learned-fp32``, ``learned-bf16``, ``learned-auto`` (what
+``precision: auto`` and ``compile: auto`` choose on this machine; the line "auto chose ..." says what),
+``canonical-auto`` and ``affine-auto``; ``--compile`` adds ``learned-bf16-compile`` and ``learned-fp32-compile``
+(each compiles for tens of seconds in its warm-up steps, which are not timed).
 
 Each step is timed in wall-clock and in process CPU time; on a machine shared with other work, compare
 tokens per CPU-second with ``--threads 1 --metric tokens_per_cpu_s``. Each variant runs in its own
@@ -8,8 +13,10 @@ subprocess (so peak RSS is its own), and the variants are interleaved over
 
     python benchmarks/train_throughput.py                      # small, 2 rounds
     python benchmarks/train_throughput.py --steps 4 --rounds 1 # quicker
+    python benchmarks/train_throughput.py --preset tiny        # seq_len defaults to the preset's context
 
-Goals (issue 4): our `learned` >= 0.95x the reference; `canonical` and `affine` >= our `learned`.
+Goals: our `learned-fp32` >= 0.95x the reference and `canonical`/`affine` >= `learned` (issue 4);
+`learned-auto` >= 3x `learned-fp32` (issue 11, reachable only where bf16 matmul is much faster than fp32).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -29,7 +37,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-VARIANTS = ("reference", "learned", "canonical", "affine")
+# variant -> (interface, trainer overrides); "reference" is the plain loop
+VARIANTS = {
+    "reference": ("", []),
+    "learned-fp32": ("learned", ["precision=fp32", "compile=false"]),
+    "learned-bf16": ("learned", ["precision=bf16", "compile=false"]),
+    "learned-auto": ("learned", ["precision=auto", "compile=auto"]),
+    "canonical-auto": ("canonical", ["precision=auto", "compile=auto"]),
+    "affine-auto": ("affine", ["precision=auto", "compile=auto"]),
+}
+COMPILED_VARIANTS = {
+    "learned-fp32-compile": ("learned", ["precision=fp32", "compile=true"]),
+    "learned-bf16-compile": ("learned", ["precision=bf16", "compile=true"]),
+}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -133,7 +153,7 @@ def run_reference(args: argparse.Namespace) -> dict:
 # Ours: the real trainer, on a synthetic dataset with the same shapes.
 
 
-def run_ours(args: argparse.Namespace, interface: str) -> dict:
+def run_ours(args: argparse.Namespace, variant: str) -> dict:
     from tablefree.config import apply_overrides, from_dict
     from tablefree.train import trainer
     from tablefree.train.config import TrainConfig
@@ -149,6 +169,7 @@ def run_ours(args: argparse.Namespace, interface: str) -> dict:
         write(self, record)
 
     trainer.MetricsLog.write = stamped_write
+    interface, variant_overrides = {**VARIANTS, **COMPILED_VARIANTS}[variant]
 
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = make_synthetic_dataset(
@@ -167,18 +188,31 @@ def run_ours(args: argparse.Namespace, interface: str) -> dict:
             "log_every=1",
             "val_batches=1",
             "keep_last=1",
+            *variant_overrides,
         ]
         config = from_dict(TrainConfig, apply_overrides({}, overrides), where="benchmark")
-        trainer.train(config, Path(tmp) / "run")
+        summary = trainer.train(config, Path(tmp) / "run")
         records = [
             json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
         ]
     per_token_s = [1.0 / r["tokens_per_s"] for r in records if "train_loss" in r]
     times = [t * args.micro_batch * args.seq_len for t in per_token_s]
     cpu_times = [b - a for a, b in itertools.pairwise(cpu_stamps)]  # steps 2..n
-    return per_step_result(
+    result = per_step_result(
         times[args.warmup :], cpu_times[max(0, args.warmup - 1) :], args.micro_batch * args.seq_len
     )
+    measured = [r for r in records if "train_loss" in r][args.warmup :]
+    result.update(
+        precision=summary["precision"],
+        compiled=summary["compiled"],
+        choice=f"{summary['precision']} ({summary['precision_reason']}); compile "
+        f"{'on' if summary['compiled'] else 'off'} ({summary['compile_reason']})",
+        mfu=statistics.median(r["mfu"] for r in measured),
+        tflops=statistics.median(r["tflops"] for r in measured),
+        ceiling_tflops=summary["peak_flops_per_device"] / 1e12,
+        final_train_loss=summary["final_train_loss"],
+    )
+    return result
 
 
 def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens: int | None = None) -> Path:
@@ -195,9 +229,11 @@ def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens:
     if val_tokens is None:
         val_tokens = 4 * tokens // 100 + 4096
     for split, count in (("train", tokens), ("val", val_tokens)):
-        write_shard(directory / f"{split}_000000.bin", rng.integers(0, vocab, count), vocab)
+        shard = directory / f"{split}_000000.bin"
+        write_shard(shard, rng.integers(0, vocab, count), vocab)
+        digest = hashlib.sha256(shard.read_bytes()).hexdigest()  # the loader verifies it
         splits[split] = {
-            "shards": [{"file": f"{split}_000000.bin", "tokens": count, "sha256": ""}],
+            "shards": [{"file": shard.name, "tokens": count, "sha256": digest}],
             "tokens": count,
             "documents": 1,
         }
@@ -236,12 +272,16 @@ def main() -> None:
     )
     parser.add_argument("--preset", default="small")
     parser.add_argument("--vocab", type=int, default=8192)
-    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--seq-len", type=int, help="default: the preset's context (512 for small)")
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=6, help="measured steps per variant and round")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="also time the compiled variants")
+    parser.add_argument(
+        "--variants", help="comma-separated subset of the variants (default: all; reference is always run)"
+    )
     parser.add_argument(
         "--metric",
         default="tokens_per_s",
@@ -250,60 +290,96 @@ def main() -> None:
         "--threads 1)",
     )
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--one", choices=VARIANTS, help=argparse.SUPPRESS)  # internal: run one variant
+    all_variants = {**VARIANTS, **COMPILED_VARIANTS}
+    parser.add_argument("--one", choices=all_variants, help=argparse.SUPPRESS)  # internal: run one variant
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.seq_len is None:
+        from tablefree.config import preset
+
+        args.seq_len = preset(args.preset).max_seq_len
 
     if args.one:
         result = run_reference(args) if args.one == "reference" else run_ours(args, args.one)
         print("RESULT " + json.dumps(result))
         return
 
+    variants = list(VARIANTS) + (list(COMPILED_VARIANTS) if args.compile else [])
+    if args.variants:
+        wanted = args.variants.split(",")
+        unknown = sorted(set(wanted) - set(all_variants))
+        if unknown:
+            parser.error(f"--variants: unknown {unknown}; expected some of {list(all_variants)}")
+        variants = ["reference", *[v for v in wanted if v != "reference"]]
+
     best: dict[str, dict] = {}
     keys = ("preset", "vocab", "seq_len", "micro_batch", "steps", "warmup", "threads")
     passthrough = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in keys]
+    load_before = os.getloadavg()
     for round_index in range(args.rounds):
-        for variant in VARIANTS:
+        for variant in variants:
             out = subprocess.run(
                 [sys.executable, __file__, "--one", variant, *passthrough],
                 capture_output=True,
                 text=True,
-                check=True,
             )
+            if out.returncode != 0:
+                sys.exit(f"variant {variant} failed:\n{out.stderr[-3000:]}")
             result = json.loads(
                 next(line for line in out.stdout.splitlines() if line.startswith("RESULT "))[7:]
             )
             print(
-                f"round {round_index + 1} {variant:<10} {result['tokens_per_s']:>8.0f} tok/s "
+                f"round {round_index + 1} {variant:<21} {result['tokens_per_s']:>8.0f} tok/s "
                 f"{result['tokens_per_cpu_s']:>8.0f} tok/CPU-s  peak RSS {result['peak_rss_gb']:.2f} GB",
                 flush=True,
             )
             if variant not in best or result[args.metric] > best[variant][args.metric]:
                 best[variant] = result
+    load_after = os.getloadavg()
     reference = best["reference"][args.metric]
     print(
         f"\n{args.preset}, micro_batch {args.micro_batch} x seq_len {args.seq_len}, V={args.vocab}, "
-        f"{args.threads} threads, best of {args.rounds} by {args.metric}"
+        f"{args.threads} threads, best of {args.rounds} by {args.metric}; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after"
     )
-    print(f"{'variant':<10} {'tokens/s':>9} {'tok/CPU-s':>10} {'vs reference':>13} {'peak RSS GB':>12}")
-    for variant in VARIANTS:
+    if "learned-auto" in best:
+        print(f"auto chose: {best['learned-auto']['choice']}")
+    fp32 = best.get("learned-fp32", {}).get(args.metric)
+    print(
+        f"{'variant':<21} {'tokens/s':>9} {'tok/CPU-s':>10} {'vs reference':>13} {'vs fp32':>8} "
+        f"{'TFLOP/s':>8} {'MFU':>6} {'peak RSS GB':>12}"
+    )
+    for variant in variants:
         r = best[variant]
+        mfu = f"{100 * r['mfu']:>5.1f}%" if "mfu" in r else f"{'':>6}"
+        tflops = f"{r['tflops']:>8.3f}" if "tflops" in r else f"{'':>8}"
+        vs_fp32 = f"{r[args.metric] / fp32:>7.2f}x" if fp32 else f"{'':>8}"
         print(
-            f"{variant:<10} {r['tokens_per_s']:>9.0f} {r['tokens_per_cpu_s']:>10.0f} "
-            f"{r[args.metric] / reference:>12.3f}x {r['peak_rss_gb']:>12.2f}"
+            f"{variant:<21} {r['tokens_per_s']:>9.0f} {r['tokens_per_cpu_s']:>10.0f} "
+            f"{r[args.metric] / reference:>12.3f}x {vs_fp32} {tflops} {mfu} {r['peak_rss_gb']:>12.2f}"
         )
-    learned = best["learned"][args.metric]
-    goals = {
-        "learned >= 0.95x reference": learned >= 0.95 * reference,
-        "canonical >= learned": best["canonical"][args.metric] >= learned,
-        "affine >= learned": best["affine"][args.metric] >= learned,
-    }
+    goals = {}
+    if fp32:
+        goals["learned-fp32 >= 0.95x reference"] = fp32 >= 0.95 * reference
+    if "learned-auto" in best:
+        learned = best["learned-auto"][args.metric]
+        for interface in ("canonical", "affine"):
+            if f"{interface}-auto" in best:
+                goals[f"{interface}-auto >= learned-auto"] = best[f"{interface}-auto"][args.metric] >= learned
+        if fp32:
+            goals["learned-auto >= 3x learned-fp32"] = learned >= 3 * fp32
     for goal, met in goals.items():
         print(f"goal {goal}: {'met' if met else 'NOT met'}")
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"args": {k: str(v) for k, v in vars(args).items()}, "best": best, "goals": goals}, indent=2
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "load_average": {"before": load_before, "after": load_after},
+                    "best": best,
+                    "goals": goals,
+                },
+                indent=2,
             )
         )
 

@@ -13,6 +13,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from tablefree import build_model
 from tablefree.config import preset
+from tablefree.interfaces import INTERFACES
 from tablefree.train.parallelize import (
     destroy_distributed,
     free_port,
@@ -69,7 +70,7 @@ def in_process_build(info, interface: str, seed: int) -> dict:
     return {"weights": get_model_state_dict(model, options=options), "buffers": buffers}
 
 
-@pytest.mark.parametrize("interface", ["learned", "affine"])
+@pytest.mark.parametrize("interface", sorted(INTERFACES))
 def test_meta_build_on_one_process_equals_the_unsharded_build(process_group, interface) -> None:
     assert_same_as_unsharded(in_process_build(process_group, interface, seed=3), interface, seed=3)
 

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "tablefree.commands.data",
     "tablefree.commands.interop",
     "tablefree.commands.params",
+    "tablefree.commands.hardware",
 ]
 
 

@@ -145,11 +145,11 @@ class TrainConfig:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     seed: int = 0  # model init (per parameter name) and data order
     device: str = "auto"  # auto (cuda when available) | cpu | cuda
-    precision: str = "auto"  # auto (fp32 on CPU, bf16 on GPU) | fp32 | bf16
-    compile: bool = False
+    precision: str = "auto"  # auto (bf16 where the device multiplies it natively and faster) | fp32 | bf16
+    compile: bool | str = "auto"  # auto (when a compiler is present and the run repays it) | true | false
     activation_checkpointing: bool = False
     parallel: str = "ddp"  # ddp | fsdp; used when launched under torchrun (fsdp also works on one process)
-    peak_flops: float | None = None  # per device, for MFU; None: from the device table
+    peak_flops: float | None = None  # per device, for MFU; None: the measured matmul ceiling
     log_every: int = 10
     val_every: int = 0  # 0: validate only at the end
     val_batches: int = 20  # micro-batches of the val split per validation
@@ -157,7 +157,8 @@ class TrainConfig:
     keep_last: int = 3  # checkpoints kept; 0 keeps all
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
     # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
-    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes
+    # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes;
+    # none: no checkpoints at all (benchmarks)
     checkpoint_format: str = "auto"
 
     def __post_init__(self) -> None:
@@ -169,14 +170,18 @@ class TrainConfig:
                 self.precision in ("auto", "fp32", "bf16"),
                 f"precision: expected auto|fp32|bf16, got {self.precision!r}",
             ),
+            (
+                isinstance(self.compile, bool) or self.compile == "auto",
+                f"compile: expected auto, true or false, got {self.compile!r}",
+            ),
             (self.parallel in ("ddp", "fsdp"), f"parallel: expected ddp|fsdp, got {self.parallel!r}"),
             (
                 self.on_nonfinite in ("stop", "skip"),
                 f"on_nonfinite: expected stop|skip, got {self.on_nonfinite!r}",
             ),
             (
-                self.checkpoint_format in ("auto", "full", "sharded"),
-                f"checkpoint_format: expected auto|full|sharded, got {self.checkpoint_format!r}",
+                self.checkpoint_format in ("auto", "full", "sharded", "none"),
+                f"checkpoint_format: expected auto|full|sharded|none, got {self.checkpoint_format!r}",
             ),
             (self.batch_tokens > 0, "batch_tokens: must be > 0"),
             (self.micro_batch > 0, "micro_batch: must be > 0"),

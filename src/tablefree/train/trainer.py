@@ -8,7 +8,7 @@ processes = ``batch_tokens`` tokens. A run directory holds::
 
     config.yaml      # the resolved TrainConfig (model fields filled in from the preset and the dataset)
     metrics.jsonl    # one JSON object per line: train records (step, tokens, train_loss, lr, grad_norm,
-                     #   tokens_per_s, mfu, elapsed_s) and validation-estimate records (step, tokens,
+                     #   tokens_per_s, tflops, mfu, elapsed_s) and validation-estimate records (step, tokens,
                      #   val_loss_estimate, val_windows)
     summary.json     # tokens_seen, wall_time_s, tokens_per_s, final_train_loss, final_val_loss_estimate, ...
 
@@ -50,6 +50,8 @@ from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.hardware import Ceiling, datasheet_bf16_flops
+from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
 from tablefree.params import param_breakdown
@@ -65,25 +67,19 @@ from tablefree.train.parallelize import (
     init_distributed,
     parallelize,
 )
+from tablefree.train.precision import (
+    Decision,
+    autocast_dtype,
+    choose_compile,
+    choose_precision,
+    estimate_eager_seconds,
+)
 
 CONFIG_FILE = RUN_FILES["config"]
 METRICS_FILE = RUN_FILES["metrics"]
 SUMMARY_FILE = RUN_FILES["summary"]
 # Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
 KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
-
-# Dense bf16 peak FLOP/s per device (vendor datasheets, no sparsity). The CPU entry is a rough guess per core
-# (AVX2/AVX-512 FMA at ~3 GHz); pass --peak-flops for a real figure.
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100 PCIe": 756e12,
-    "H100 NVL": 835e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10": 125e12,
-}
-CPU_FLOPS_PER_CORE_GUESS = 100e9
 
 
 class NonFiniteLossError(ValueError):
@@ -106,18 +102,6 @@ def flops_per_token(model_config: ModelConfig, seq_len: int) -> int:
     return 6 * non_embedding + 12 * c.n_layers * c.n_heads * c.head_dim * seq_len
 
 
-def peak_flops_per_device(device: torch.device, override: float | None = None) -> float:
-    if override:
-        return override
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, value in PEAK_FLOPS.items():  # most specific names first
-            if key in name:
-                return value
-        return PEAK_FLOPS["A100"]
-    return CPU_FLOPS_PER_CORE_GUESS * torch.get_num_threads()
-
-
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only: not on norm gains (1-D), nor on the learned input table
     unless ``optim.decay_embeddings``. Call after ``parallelize`` (FSDP2 replaces the parameters)."""
@@ -136,15 +120,17 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # Fused on CUDA (one kernel over all tensors); foreach on the CPU.
-    on_cuda = any(p.device.type == "cuda" for p in decay + no_decay)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda)
-
-
-def resolve_precision(config: TrainConfig, device: torch.device) -> str:
-    if config.precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    return config.precision
+    # Fused (one kernel over all tensors) on CUDA, and on the CPU for plain fp32 parameters: on 2 CPU threads it
+    # takes a quarter of the default per-tensor loop's time (21 vs 80 ms per step for `small`); sharded CPU
+    # parameters (FSDP2 under gloo) keep the default.
+    params = decay + no_decay
+    on_cuda = any(p.device.type == "cuda" for p in params)
+    plain_cpu = all(
+        type(p) is torch.nn.Parameter and p.dtype == torch.float32 and p.device.type == "cpu" for p in params
+    )
+    return torch.optim.AdamW(
+        groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda or plain_cpu
+    )
 
 
 def resolved_config(config: TrainConfig, model_config: ModelConfig, seq_len: int) -> TrainConfig:
@@ -270,10 +256,19 @@ class Trainer:
         )
         self.plan = plan(config, self.model_config, info.world_size)
         self.config = config = resolved_config(config, self.model_config, self.plan.seq_len)
-        self.precision = resolve_precision(config, self.device)
         self.breakdown = param_breakdown(self.model_config)
         self.flops_per_token = flops_per_token(self.model_config, self.plan.seq_len)
-        self.peak_flops = peak_flops_per_device(self.device, config.peak_flops)
+        self.precision_choice = choose_precision(config.precision, self.device)
+        self.precision = self.precision_choice.value
+        # MFU's ceiling: the measured matmul rate of the dtype in use on this device (cached per machine).
+        self.ceiling = measured_peak_flops(
+            self.device, autocast_dtype(self.precision), override=config.peak_flops
+        )
+        self.peak_flops = self.ceiling.flops
+        run_flops = self.flops_per_token * self.plan.total_tokens / info.world_size
+        self.compile_choice = choose_compile(
+            config.compile, self.device, estimated_eager_s=estimate_eager_seconds(run_flops, self.peak_flops)
+        )
         self.tokenizer_path = self.data_dir / self.manifest.get("tokenizer_file", "tokenizer.json")
 
         self.changes = self._check_run_dir(resume, allow_change)
@@ -317,7 +312,7 @@ class Trainer:
             self.model,
             info,
             parallel=config.parallel,
-            compile=config.compile,
+            compile=self.compile_choice.value,
             activation_checkpointing=config.activation_checkpointing,
             param_dtype=torch.bfloat16 if self.precision == "bf16" else None,
             seed=config.seed,
@@ -404,11 +399,12 @@ class Trainer:
                 self.model_config,
                 self.plan,
                 self.info,
-                self.precision,
                 self.breakdown,
                 self.flops_per_token,
-                self.peak_flops,
                 self.run_dir,
+                self.precision_choice,
+                self.compile_choice,
+                self.ceiling,
             )
             if self.resumed_from is not None:
                 print(
@@ -452,7 +448,12 @@ class Trainer:
                         stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
                         if self.info.is_main:
                             print(
-                                f"\n{stop_reason} after step {state.step}; checkpoint saved. Continue with --resume.",
+                                f"\n{stop_reason} after step {state.step}; "
+                                + (
+                                    "no checkpoint (checkpoint_format: none)."
+                                    if self.config.checkpoint_format == "none"
+                                    else "checkpoint saved. Continue with --resume."
+                                ),
                                 flush=True,
                             )
                         break
@@ -562,7 +563,8 @@ class Trainer:
             )
         elif state.step % self.config.log_every == 0 or state.step == total_steps:
             tokens_per_s = self.interval_steps * self.plan.tokens_per_step / max(self.interval_s, 1e-9)
-            mfu = self.flops_per_token * tokens_per_s / (self.peak_flops * self.info.world_size)
+            tflops = self.flops_per_token * tokens_per_s / self.info.world_size / 1e12  # achieved, per device
+            mfu = tflops * 1e12 / self.peak_flops
             self.metrics.write(
                 {
                     "step": state.step,
@@ -571,6 +573,7 @@ class Trainer:
                     "lr": result.lr,
                     "grad_norm": result.grad_norm,
                     "tokens_per_s": tokens_per_s,
+                    "tflops": tflops,
                     "mfu": mfu,
                     "elapsed_s": self.wall_time_s(),
                 }
@@ -578,13 +581,14 @@ class Trainer:
             eta = (total_steps - state.step) * self.interval_s / self.interval_steps
             self.progress.set_postfix_str(
                 f"loss {result.loss:.4f} | {human(state.tokens_seen)} tok | {human(tokens_per_s)} tok/s | "
-                f"MFU {100 * mfu:.1f}%",
+                f"{tflops:.3g} TFLOP/s, MFU {100 * mfu:.1f}%",
                 refresh=False,
             )
             if self.info.is_main and self.progress.disable:
                 print(
                     f"step {state.step}/{total_steps} | loss {result.loss:.4f} | lr {result.lr:.2e} | "
-                    f"{human(state.tokens_seen)} tok | {human(tokens_per_s)} tok/s | MFU {100 * mfu:.1f}% | "
+                    f"{human(state.tokens_seen)} tok | {human(tokens_per_s)} tok/s | {tflops:.3g} TFLOP/s, "
+                    f"MFU {100 * mfu:.1f}% | "
                     f"ETA {format_seconds(eta)}",
                     flush=True,
                 )
@@ -620,6 +624,9 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
+        if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
+            self.saved_at = state.step
+            return None
         poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
         if any_rank(bool(poisoned), self.device):
             last = checkpointing.latest_checkpoint(self.run_dir)
@@ -684,8 +691,15 @@ class Trainer:
             "train_time_s": state.train_time_s,
             "tokens_per_s": tokens_per_s,
             "mfu": self.flops_per_token * tokens_per_s / (self.peak_flops * self.info.world_size),
+            "tflops_per_device": self.flops_per_token * tokens_per_s / self.info.world_size / 1e12,
             "flops_per_token": self.flops_per_token,
             "peak_flops_per_device": self.peak_flops,
+            "datasheet_bf16_flops_per_device": datasheet_bf16_flops(self.device),
+            "peak_flops_source": {
+                "source": self.ceiling.source,
+                "dtype": self.ceiling.dtype,
+                **self.ceiling.provenance,
+            },
             "final_train_loss": state.last_train_loss,
             "final_val_loss_estimate": state.last_val_loss_estimate,
             "best_val_loss_estimate": state.best_val_loss_estimate,
@@ -697,6 +711,9 @@ class Trainer:
             "world_size": self.info.world_size,
             "device": str(self.device),
             "precision": self.precision,
+            "precision_reason": self.precision_choice.reason,
+            "compiled": self.compile_choice.value,
+            "compile_reason": self.compile_choice.reason,
             "grad_accum": self.plan.grad_accum,
             "peak_memory_gb": peak_memory_gb(self.device),
         }
@@ -1090,11 +1107,12 @@ def describe_run(
     model_config: ModelConfig,
     run_plan: Any,
     info: DistInfo,
-    precision: str,
     breakdown: Any,
     flops_token: int,
-    peak_flops: float,
     run_dir: Path,
+    precision: Decision,
+    compiled: Decision,
+    ceiling: Ceiling,
 ) -> None:
     print(
         f"tablefree train: {config.model.preset} / {model_config.interface.name} interface, seed {config.seed}\n"
@@ -1103,9 +1121,10 @@ def describe_run(
         f"  steps: {run_plan.total_steps:,} × {run_plan.tokens_per_step:,} tokens = "
         f"{human(run_plan.total_tokens)} tokens; seq_len {run_plan.seq_len}, micro_batch "
         f"{run_plan.micro_batch} × world {run_plan.world_size} × grad_accum {run_plan.grad_accum}\n"
-        f"  device: {info.device} ({precision}, {config.parallel if info.world_size > 1 else 'single process'}"
-        f"{', compiled' if config.compile else ''}); {flops_token / 1e6:.1f} MFLOP/token, peak "
-        f"{peak_flops / 1e12:.1f} TFLOP/s per device\n"
+        f"  device: {info.device} ({config.parallel if info.world_size > 1 else 'single process'}); "
+        f"{flops_token / 1e6:.1f} MFLOP/token; MFU against {ceiling.describe()}\n"
+        f"  precision: {precision.value} ({precision.reason})\n"
+        f"  compile: {'on' if compiled.value else 'off'} ({compiled.reason})\n"
         f"  run dir: {run_dir}",
         flush=True,
     )
