@@ -260,6 +260,10 @@ def test_grid_plans_every_point(dataset: Path, tmp_path: Path) -> None:
     points = list(dict.fromkeys(plan.point for plan in plans))
     assert points == ["d32-4steps", "d32-8steps", "d64-4steps", "d64-8steps"]
     assert len(plans) == 4 * 2 * 2
+    # seeds outer, interfaces inner: a sweep stopped early holds complete seed-paired sets
+    assert [(p.seed, p.interface) for p in plans[:4]] == [
+        (seed, interface) for seed in config.seeds for interface in config.interfaces
+    ][:4]
     first = plans[0]
     assert first.directory == tmp_path / "runs" / "d32-4steps" / "learned-s0"
     assert (first.recipe["budget"], first.recipe["model"]["d_model"], first.recipe["model"]["n_layers"]) == (

@@ -255,10 +255,11 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
 
     recipe = base_recipe(config)
     plans = []
+    # Seeds outer, interfaces inner: a sweep stopped early still holds complete seed-paired sets.
     for point in config.grid.points() or [{"name": "", "train": {}}]:
         point_recipe = deep_merge(recipe, point["train"])
-        for interface in config.interfaces:
-            for seed in config.seeds:
+        for seed in config.seeds:
+            for interface in config.interfaces:
                 run = run_recipe(point_recipe, interface, seed)
                 name = run_name(interface, seed, point["name"])
                 from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
