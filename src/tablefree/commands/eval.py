@@ -59,6 +59,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=100_000,
         help="bootstrap resamples for the perplexity standard error, as lm-eval (default: %(default)s; 0: none)",
     )
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="forward-pass precision; auto: bf16 only where the device multiplies it natively and faster "
+        "(as training's precision: auto; `tablefree hardware` shows the choice) (default: %(default)s)",
+    )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
     parser.set_defaults(func=run)
 
@@ -87,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap_iters=args.bootstrap_iters,
         out=args.out,
         progress=args.progress,
+        dtype=args.dtype,
     )
     print(f"checkpoint: {results['checkpoint']}")
     print(format_results(results))

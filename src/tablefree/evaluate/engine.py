@@ -21,6 +21,7 @@ beyond float rounding (tests check both against an independent forward pass).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -159,11 +160,13 @@ def loglikelihoods(
     *,
     max_len: int | None = None,
     progress: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> list[tuple[float, bool]]:
     """(summed log-prob of the continuation, greedy match) for each (context_ids, continuation_ids) request.
 
     ``batch_size`` counts packed rows (one shared context with its continuations each). ``max_len`` defaults
-    to ``model.config.max_seq_len``; inputs are left-truncated to it as lm-eval does.
+    to ``model.config.max_seq_len``; inputs are left-truncated to it as lm-eval does. ``dtype=torch.bfloat16``
+    runs the forward pass under bf16 autocast (log-softmax and sums stay fp32/fp64); None keeps the model's.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -176,8 +179,14 @@ def loglikelihoods(
     sums = torch.zeros(len(unique), dtype=torch.float64)
     greedy = torch.ones(len(unique), dtype=torch.bool)
     batches = range(0, len(rows), batch_size)
+    autocast = (
+        torch.autocast(device.type, dtype=dtype)
+        if dtype is not None and dtype != torch.float32
+        else contextlib.nullcontext()
+    )
     for start in tqdm(batches, desc="scoring", unit="batch", disable=not progress):
-        _score_batch(model, rows[start : start + batch_size], device, sums, greedy)
+        with autocast:
+            _score_batch(model, rows[start : start + batch_size], device, sums, greedy)
     result = {key: (float(sums[i]), bool(greedy[i])) for i, key in enumerate(unique)}
     return [result[key] for key in keys]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -30,6 +31,7 @@ from tablefree.evaluate.tasks import (
     task_files,
 )
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.train.precision import choose_precision
 
 VALIDATION = "validation"
 LM_EVAL_SEMANTICS = "lm-evaluation-harness 0.4.13"
@@ -49,6 +51,7 @@ def run_eval(
     bootstrap_iters: int = 100_000,
     out: str | Path | None = None,
     progress: bool = False,
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """Evaluate ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory) on ``tasks``.
 
@@ -59,6 +62,10 @@ def run_eval(
     checkpoint's meta.json. Returns the results dict; ``out`` writes it as JSON and ``examples_out`` the
     per-example records as JSONL, both atomically and again after each finished task (a partial results file
     lists the tasks still to do under ``"pending"``).
+
+    ``dtype`` (auto | fp32 | bf16) is the forward pass's precision, decided as training's ``precision``
+    (``tablefree.train.precision.choose_precision``): ``auto`` is bf16 autocast only where the device
+    multiplies bf16 natively and measurably faster. The results record the choice and why.
 
     Everything that can be checked before scoring is checked first: task names, the limit, that the output
     paths can be written, that every data file is present (all missing files in one error), every benchmark
@@ -76,7 +83,11 @@ def run_eval(
     check_task_files(benchmarks, data_dir)  # every missing file at once, before the model is loaded
     prepared = {task.name: prepare_task(task, data_dir, limit) for task in benchmarks}
 
+    if dtype not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"dtype: expected auto, fp32 or bf16, got {dtype!r}")
     model, directory = load_model(checkpoint, device)
+    dtype_choice = choose_precision(dtype, next(model.parameters()).device)
+    forward_dtype = torch.bfloat16 if dtype_choice.value == "bf16" else None
     tok, tok_hash = checked_tokenizer(directory, tokenizer)
     if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:
         raise ValueError(
@@ -95,6 +106,8 @@ def run_eval(
         "limit": limit,
         "batch_size": batch_size,
         "device": str(next(model.parameters()).device),
+        "dtype": dtype_choice.value,
+        "dtype_reason": dtype_choice.reason,
         "bootstrap_iters": bootstrap_iters,
         "semantics": LM_EVAL_SEMANTICS,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -104,18 +117,32 @@ def run_eval(
         if name == VALIDATION:
             from tablefree.evaluate.validation import validation_metrics
 
-            entry = validation_metrics(
-                model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
-            )
+            with forward_autocast(model, forward_dtype):
+                entry = validation_metrics(
+                    model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
+                )
         else:
             entry, records = score_task(
-                model, prepared[name], encoded[name], batch_size, bootstrap_iters, progress=progress
+                model,
+                prepared[name],
+                encoded[name],
+                batch_size,
+                bootstrap_iters,
+                progress=progress,
+                dtype=forward_dtype,
             )
             examples.extend(records)
         results["tasks"][name] = entry
         pending = names[position + 1 :]
         _write_outputs(out, examples_out, {**results, "pending": pending} if pending else results, examples)
     return results
+
+
+def forward_autocast(model: torch.nn.Module, dtype: torch.dtype | None):
+    """bf16 autocast on the model's device for ``dtype=torch.bfloat16``; nothing otherwise."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(next(model.parameters()).device.type, dtype=dtype)
 
 
 def _write_outputs(
@@ -220,10 +247,11 @@ def score_task(
     bootstrap_iters: int = 100_000,
     *,
     progress: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(result entry, per-example records) of a prepared and encoded task."""
+    """(result entry, per-example records) of a prepared and encoded task (``dtype``: see ``loglikelihoods``)."""
     task = prepared.task
-    scores = iter(loglikelihoods(model, token_requests, batch_size, progress=progress))
+    scores = iter(loglikelihoods(model, token_requests, batch_size, progress=progress, dtype=dtype))
     records = []
     for doc, requests in zip(prepared.docs, prepared.requests, strict=True):
         lls, greedy = zip(*(next(scores) for _ in requests.pairs), strict=True)
