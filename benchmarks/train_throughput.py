@@ -215,6 +215,17 @@ def run_ours(args: argparse.Namespace, variant: str) -> dict:
     return result
 
 
+def placeholder_tokenizer(vocab: int):
+    """A word-level tokenizer over ``t0 .. t{V-2}`` and ``<|endoftext|>``: the dataset check wants a real
+    tokenizer.json of the manifest's vocabulary size; the synthetic ids are never decoded."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {f"t{i}": i for i in range(vocab - 1)} | {"<|endoftext|>": vocab - 1}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<|endoftext|>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer
+
+
 def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens: int | None = None) -> Path:
     """A prepared dataset of uniform random ids (``val_tokens`` defaults to enough for a few val batches)."""
     import hashlib
@@ -222,6 +233,7 @@ def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens:
     import numpy as np
 
     from tablefree.data.shards import write_shard
+    from tablefree.data.tokenizer import tokenizer_hash
 
     directory.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -237,13 +249,14 @@ def make_synthetic_dataset(directory: Path, vocab: int, tokens: int, val_tokens:
             "tokens": count,
             "documents": 1,
         }
-    (directory / "tokenizer.json").write_text("{}")
+    tokenizer = placeholder_tokenizer(vocab)
+    tokenizer.save(str(directory / "tokenizer.json"))
     manifest = {
         "version": 1,
-        "tokenizer_hash": hashlib.sha256(b"{}").hexdigest(),
+        "tokenizer_hash": tokenizer_hash(tokenizer),
         "tokenizer_file": "tokenizer.json",
         "vocab_size": vocab,
-        "eot_id": 0,
+        "eot_id": vocab - 1,  # <|endoftext|> of the placeholder tokenizer
         "splits": splits,
         "sources": ["synthetic"],
     }
