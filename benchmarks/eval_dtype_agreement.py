@@ -4,7 +4,8 @@ Scores one checkpoint (a trained one: ``tablefree demo`` or ``tablefree train --
 leave some under ``runs/``) on the real HellaSwag, PIQA and LAMBADA files with ``run_eval(dtype="fp32")`` and
 ``run_eval(dtype="bf16")``, then compares per document: the chosen answer (acc and acc_norm for multiple
 choice, the greedy flag for LAMBADA), the fp32 margin of every flipped choice, the largest |Δ log-likelihood|,
-and the time of each pass.
+and the time of each pass (one pass each, fp32 first: a rough figure; compare speed with the benchmarks that
+alternate rounds).
 
     python benchmarks/eval_dtype_agreement.py runs/tiny-canonical --eval-data ../shared/data/eval --limit 300
 """
@@ -44,8 +45,9 @@ def compare(fp32: dict, bf16: dict) -> dict:
     for key, a in fp32.items():
         b = bf16[key]
         task = per_task.setdefault(
-            key[0], {"documents": 0, "flips": 0, "flip_margins": [], "max_abs_delta": 0.0}
+            key[0], {"documents": 0, "flips": 0, "flips_norm": 0, "flip_margins": [], "max_abs_delta": 0.0}
         )
+        task["flips_norm"] += int(a.get("pred_norm") != b.get("pred_norm"))
         task["documents"] += 1
         la, lb = a["loglikelihoods"], b["loglikelihoods"]
         task["max_abs_delta"] = max(task["max_abs_delta"], *(abs(x - y) for x, y in zip(la, lb, strict=True)))
@@ -84,7 +86,8 @@ def main() -> None:
         margins = [m for m in t["flip_margins"] if m is not None]
         worst = f", largest fp32 margin of a flip {max(margins):.3f} nats" if margins else ""
         print(
-            f"{name:<10} {t['flips']}/{t['documents']} predictions differ; max |Δ loglik| "
+            f"{name:<10} {t['flips']}/{t['documents']} predictions differ ({t['flips_norm']} by acc_norm); "
+            f"max |Δ loglik| "
             f"{t['max_abs_delta']:.3f}{worst}"
         )
     if args.out:
