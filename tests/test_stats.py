@@ -204,3 +204,9 @@ def test_no_variation_at_all_is_a_point_interval() -> None:
     d = paired_difference(np.zeros((1, 50)), np.zeros(50), n_boot=200, one_seed_interval=True)
     assert (d.estimate, d.low, d.high, d.p_value, d.detectable) == (0.0, 0.0, 0.0, 1.0, 0.0)
     assert not d.excludes_zero
+
+
+def test_two_seeds_never_resolve() -> None:
+    d = Difference(-0.33, -0.38, -0.28, "test", seeds=2, clusters=20, se=0.01, df=18.0, p_value=1e-9)
+    sentence = decide(d, "learned", "canonical", "nats/token", False, "300k tokens each")
+    assert sentence.startswith("not resolved with 2 seeds") and "run 3 or more seeds" in sentence

@@ -160,3 +160,17 @@ def test_a_run_directory_is_locked_while_training_and_freed_when_its_holder_dies
     holder.wait()
     summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True, allow_change=["budget"])
     assert summary["completed"] and summary["step"] == 3
+
+
+def test_a_damaged_dataset_is_refused_before_training(data_dir, tmp_path) -> None:
+    import shutil
+
+    damaged = tmp_path / "data"
+    shutil.copytree(data_dir, damaged)
+    shard = damaged / "train_000000.bin"
+    data = bytearray(shard.read_bytes())
+    data[-2] ^= 0x01  # one token id changed: sizes and header still right
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"train_000000.bin does not match the sha256 in the manifest"):
+        train(micro_config(damaged, budget="2 steps"), tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()

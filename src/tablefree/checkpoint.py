@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from tablefree.config import ModelConfig, from_dict, to_dict
 from tablefree.device import resolve_device
-from tablefree.fileio import read_json, write_json_atomic, write_text_atomic  # noqa: F401 (re-exported)
+from tablefree.fileio import read_json, write_json_atomic
 from tablefree.model import TablefreeLM
 from tablefree.safetensors_header import check_model_weights
 

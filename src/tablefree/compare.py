@@ -50,6 +50,8 @@ class DatasetSpec:
     tokenizer: str | None = None  # None: train a byte-level BPE of vocab_size on the corpus
     vocab_size: int | None = None  # None: prepare_dataset's default (used only when the sweep prepares)
     val_fraction: float | None = None  # None: prepare_dataset's default
+    val_documents: int | None = None  # None: prepare_dataset's default (at least 20 validation documents)
+    val_section_chars: int | None = None  # None: prepare_dataset's default (long books held out in sections)
     gutenberg: bool = False  # strip Project Gutenberg headers and footers
     text_field: str = "text"
     workers: int | None = None
@@ -471,7 +473,12 @@ def prepare_data(config: CompareConfig, log=print) -> None:
         )
     from tablefree.data.prepare import prepare_dataset
 
-    chosen = {"vocab_size": spec.vocab_size, "val_fraction": spec.val_fraction}
+    chosen = {
+        "vocab_size": spec.vocab_size,
+        "val_fraction": spec.val_fraction,
+        "val_documents": spec.val_documents,
+        "val_section_chars": spec.val_section_chars,
+    }
     log(f"preparing {spec.corpus} into {spec.dir}")
     prepare_dataset(
         spec.corpus,

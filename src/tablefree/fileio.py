@@ -2,7 +2,7 @@
 
 Outputs are written atomically: a synced temp file renamed into place, so a reader (or a crash) never sees a
 half-written file that looks whole. Malformed JSON is reported with the file and line. The data layer, training,
-evaluation and the reports all write through here; ``tablefree.checkpoint`` re-exports these names.
+evaluation and the reports all write through here (import them from here; nothing re-exports them).
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ The interval is D̄ ± t(0.975, ν)·√(v_seed + v_eval), with ν from Welch–
 interaction (a document that favours A under one seed and B under another) shows in both components, so the
 interval errs on the wide side when that interaction is large; the simulation test in ``tests/test_stats.py``
 checks that 95% intervals cover the truth 93–97% of the time and that "resolved" under no difference stays at
-or below 5%. With one seed there is no estimate of the seed variation and no interval. The RNG seed is fixed
+or below 5%. With one seed there is no estimate of the seed variation and no interval; with two, the interval is shown but
+nothing is called resolved (one degree of freedom for the seed variation: in simulation such intervals cover
+less than 95%). The RNG seed is fixed
 (default 0): a report is reproducible to the digit.
 
 Validation loss is a ratio (nats over tokens), so each document enters as its sum of nats and its token count;
@@ -50,6 +52,9 @@ import numpy as np
 DEFAULT_BOOTSTRAP = 10_000
 DEFAULT_SEED = 0
 ALPHA = 0.05
+MIN_SEEDS_TO_RESOLVE = (
+    3  # with 2 seeds the seed variance rests on one degree of freedom: intervals run narrow
+)
 POWER = 0.80
 _CHUNK_CELLS = 4_000_000  # replicates × clusters per chunk of resampling counts (bounds memory at ~32 MB)
 
@@ -263,6 +268,12 @@ def decide(
     p = adjusted_p if adjusted_p is not None else d.p_value
     resolved = p is not None and p < alpha if adjusted_p is not None else d.excludes_zero
     correction = f"Holm-adjusted p = {fmt(p, 2)} over {family} pairs" if family > 1 and p is not None else ""
+    if d.seeds < MIN_SEEDS_TO_RESOLVE:
+        return (
+            f"not resolved with {seeds}: {name_a} − {name_b} = {fmt(d.estimate)} {unit} ({level} "
+            f"[{fmt(d.low)}, {fmt(d.high)}]); two seeds leave one degree of freedom for the seed-to-seed "
+            f"variation, too few to resolve anything: run 3 or more seeds [{scale}]"
+        )
     if not resolved:
         detectable = d.detectable
         tail = (

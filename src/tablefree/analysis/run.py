@@ -25,8 +25,9 @@ from tablefree.analysis.linear import linear_cka
 from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, probe_code_bits
 from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
 from tablefree.analysis.states import effective_embeddings, layer_names
-from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model, read_json
+from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
+from tablefree.fileio import read_json
 from tablefree.model import TablefreeLM
 
 DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)

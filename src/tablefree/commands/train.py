@@ -14,13 +14,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "`tablefree train --config configs/tiny.yaml model.interface=affine optim.lr=1e-3`. "
         "Under `torchrun --nproc_per_node N` the same command trains with DDP or FSDP2 (parallel=ddp|fsdp). "
         "Python API: tablefree.train.trainer.train(tablefree.train.config.load_train_config(PATH, "
-        "OVERRIDES), RUN_DIR, resume=False). See docs/training.md.",
+        "OVERRIDES), RUN_DIR, resume=False, allow_change=()). See docs/training.md.",
     )
     parser.add_argument(
         "--config",
         type=Path,
         default=None,
-        help="YAML recipe (default: RUN_DIR/config.yaml with --resume, else the built-in defaults)",
+        help="YAML recipe (default with --resume: the run's recorded recipe, RUN_DIR/config.yaml plus the "
+        "changes allowed since; else the built-in defaults)",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides, e.g. seed=1")
     parser.add_argument(

@@ -50,7 +50,8 @@ def human(value: float | None) -> str:
         return "–"
     for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= scale:
-            return f"{stats.fmt(value / scale, 3).rstrip('0').rstrip('.')}{suffix}"
+            text = stats.fmt(value / scale, 3)
+            return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{suffix}"
     return f"{value:g}"
 
 

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
 from tablefree.config import ModelConfig, load_yaml, to_dict
-from tablefree.data.loader import TokenLoader, read_manifest
+from tablefree.data.loader import TokenLoader, read_manifest, verify_dataset
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import Ceiling, datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
@@ -249,6 +249,7 @@ class Trainer:
         # data, model config and the run's numbers
         self.data_dir = Path(config.data.dir)
         self.manifest = read_manifest(self.data_dir)
+        check_data(self.data_dir, info)
         if resume:  # before the model is built: a different dataset is named as such, not as a vocab_size
             check_dataset(run_dir, self.manifest, self.data_dir)
         self.model_config = config.model.build(
@@ -1045,6 +1046,19 @@ def record_changes(run_dir: Path, changes: list[Change], step: int) -> None:
         print(
             f"--resume: {c.field} changed from {c.recorded!r} to {c.now!r} after step {step} (--allow-change)",
             flush=True,
+        )
+
+
+def check_data(data_dir: Path, info: DistInfo) -> None:
+    """Shards against the manifest before training: sizes always, sha256 and token ids too when the dataset
+    is small enough to hash in a few seconds (``verify_dataset(hashes="auto")``); a damaged dataset is refused."""
+    check = verify_dataset(data_dir, hashes="auto") if info.is_main else None
+    if any_rank(check is not None and not check.ok, info.device):
+        detail = (
+            check.format() if check is not None else f"{data_dir}: damaged (see the main process's message)"
+        )
+        raise ValueError(
+            f"data.dir {detail}\nPrepare the dataset again (tablefree data prepare) or restore its files"
         )
 
 
