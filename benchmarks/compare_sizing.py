@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from tablefree.compare import load_compare_config, plan_runs
-from tablefree.config import from_dict
+from tablefree.config_parsing import from_dict
 from tablefree.evaluate import run_eval
 from tablefree.train import trainer
-from tablefree.train.config import TrainConfig, plan
+from tablefree.train.recipe import TrainConfig, plan
 
 
 def timed(fn):

@@ -28,12 +28,12 @@ import torch
 from lm_eval.tasks import TaskManager
 
 from tablefree import build_model, preset
-from tablefree.checkpoint import save_model
 from tablefree.data.corpus import Corpus
 from tablefree.data.tokenizer import tokenizer_hash, train_tokenizer_from_texts
 from tablefree.evaluate import run_eval
 from tablefree.evaluate.lm_eval_adapter import write_local_tasks
 from tablefree.export import export_hf
+from tablefree.model_files import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

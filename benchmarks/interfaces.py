@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-from tablefree.config import preset
 from tablefree.model import build_model
+from tablefree.model_config import preset
 
 INTERFACES = ("learned", "canonical", "affine")
 

@@ -122,8 +122,8 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available here (use --device cpu for a dry run)")
 
-    from tablefree.config import preset
     from tablefree.fileio import write_json_atomic
+    from tablefree.model_config import preset
 
     vocab = preset(args.preset).vocab_size
     ceiling = matmul_ceiling_tflops(args.device, args.ceiling_size)

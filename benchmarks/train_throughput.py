@@ -118,7 +118,7 @@ class RefGPT(nn.Module):
 
 
 def run_reference(args: argparse.Namespace) -> dict:
-    from tablefree.config import preset  # shapes only
+    from tablefree.model_config import preset  # shapes only
 
     c = preset(args.preset)
     torch.manual_seed(0)
@@ -154,9 +154,9 @@ def run_reference(args: argparse.Namespace) -> dict:
 
 
 def run_ours(args: argparse.Namespace, variant: str) -> dict:
-    from tablefree.config import apply_overrides, from_dict
+    from tablefree.config_parsing import apply_overrides, from_dict
     from tablefree.train import trainer
-    from tablefree.train.config import TrainConfig
+    from tablefree.train.recipe import TrainConfig
 
     # CPU time per step: stamp process_time at every metrics record (log_every=1: one per step, written right
     # after the step's timer stops, so consecutive differences are the steps' CPU times).
@@ -308,7 +308,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.seq_len is None:
-        from tablefree.config import preset
+        from tablefree.model_config import preset
 
         args.seq_len = preset(args.preset).max_seq_len
 

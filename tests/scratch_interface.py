@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tablefree.config import InterfaceConfig
 from tablefree.interfaces import INTERFACES, InputInterface, check_token_ids, register_interface
+from tablefree.model_config import InterfaceConfig
 
 
 @dataclass

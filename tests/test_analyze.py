@@ -20,9 +20,9 @@ from tablefree.analysis import (
     probe_code_bits,
     run_analysis,
 )
-from tablefree.checkpoint import save_model
 from tablefree.cli import main
 from tablefree.data.tokenizer import tokenizer_hash
+from tablefree.model_files import save_model
 from train_helpers import make_dataset
 
 VOCAB = 96
@@ -302,7 +302,7 @@ def test_code_sets_add_the_interface_code_only_when_it_differs_from_the_canonica
 @pytest.mark.slow
 def test_compare_with_analysis_true_adds_the_section_to_the_report(tmp_path):
     from tablefree.compare import CompareConfig, run_sweep
-    from tablefree.config import from_dict
+    from tablefree.config_parsing import from_dict
 
     data = make_dataset(tmp_path / "data", vocab_size=VOCAB, train_tokens=6_000, val_tokens=3_000, shards=1)
     manifest = json.loads((data / "manifest.json").read_text())

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tablefree.checkpoint import (
+from tablefree.model_files import (
     COMPLETE_MARKER,
     CONFIG_FILE,
     complete_steps,
@@ -35,9 +35,9 @@ def test_resolve_checkpoint_takes_the_newest_complete_step(tmp_path: Path) -> No
 def test_one_device_resolver_serves_training_loading_and_lm_eval(monkeypatch) -> None:
     import torch
 
-    from tablefree.checkpoint import usable_device
     from tablefree.device import resolve_device
     from tablefree.evaluate.lm_eval_adapter import resolve_device as adapter_device
+    from tablefree.model_files import usable_device
     from tablefree.train.parallelize import pick_device
 
     assert resolve_device("cpu") == usable_device("cpu") == pick_device("cpu") == torch.device("cpu")

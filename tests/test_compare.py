@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tablefree.compare import CompareConfig, load_compare_config, run_recipe, run_sweep
-from tablefree.config import from_dict
+from tablefree.config_parsing import from_dict
 from tablefree.train import trainer
 
 RECIPE = {

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tablefree.config import ModelConfig, apply_overrides, from_dict, load_yaml, parse_count, preset
+from tablefree.config_parsing import apply_overrides, from_dict, load_yaml, parse_count
+from tablefree.model_config import ModelConfig, preset
 
 
 @pytest.mark.parametrize(
@@ -74,7 +75,7 @@ def test_a_named_section_keeps_its_options_in_either_order() -> None:
 
 
 def test_errors_name_the_override_or_the_file_that_brought_the_mistake(tmp_path) -> None:
-    from tablefree.config import from_dict_with_overrides
+    from tablefree.config_parsing import from_dict_with_overrides
 
     good = {"d_model": 64, "n_heads": 4}
     with pytest.raises(ValueError) as caught:
@@ -94,7 +95,7 @@ def test_errors_name_the_override_or_the_file_that_brought_the_mistake(tmp_path)
 
 
 def test_train_config_blames_the_command_line_not_the_file(tmp_path) -> None:
-    from tablefree.train.config import load_train_config
+    from tablefree.train.recipe import load_train_config
 
     path = tmp_path / "recipe.yaml"
     path.write_text("optim: {lr: 0.001}\n")

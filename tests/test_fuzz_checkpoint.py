@@ -17,11 +17,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tablefree.checkpoint import read_model_config
 from tablefree.data.loader import TokenLoader, read_manifest
 from tablefree.model import build_model
-from tablefree.train import checkpointing, trainer
-from tablefree.train.config import plan
+from tablefree.model_files import read_model_config
+from tablefree.train import checkpoints, trainer
+from tablefree.train.recipe import plan
 from tablefree.train.trainer import build_optimizer, check_dataset, restore_checkpoint, train
 from train_helpers import make_dataset, micro_config
 
@@ -38,7 +38,7 @@ def pristine(tmp_path_factory):
     config = micro_config(data_dir, budget="2 steps", checkpoint_every=1, keep_last=0)
     run_dir = root / "run"
     train(config, run_dir)
-    newest = checkpointing.latest_checkpoint(run_dir)
+    newest = checkpoints.latest_checkpoint(run_dir)
     model = build_model(read_model_config(newest))
     optimizer = build_optimizer(model, config)
     loader = TokenLoader.from_dir(data_dir, "train", 32, 4, seed=0)
@@ -78,7 +78,7 @@ def damage_bytes(path: Path, how: str, rng: random.Random) -> None:
 
 def edit_train_state(path: Path, how: str, rng: random.Random) -> None:
     state = torch.load(path, weights_only=True)
-    field = rng.choice([*checkpointing.TRAIN_STATE_FIELDS, "wall_time_s", "last_train_loss"])
+    field = rng.choice([*checkpoints.TRAIN_STATE_FIELDS, "wall_time_s", "last_train_loss"])
     if how == "missing_field":
         state.pop(field, None)
     elif how == "wrong_type":
@@ -178,10 +178,10 @@ def apply(checkpoint: Path, name: str, how: str, keep_digests: bool, rng: random
 def resume(run: dict, run_dir: Path):
     """What ``tablefree train --resume`` does with the checkpoints, before training: the dataset check, then
     the newest checkpoint that loads."""
-    if not checkpointing.complete_checkpoints(run_dir):  # as train() does first
+    if not checkpoints.complete_checkpoints(run_dir):  # as train() does first
         raise FileNotFoundError(trainer.nothing_to_resume(run_dir))
     check_dataset(run_dir, run["manifest"], run["data_dir"])
-    return checkpointing.load_newest(
+    return checkpoints.load_newest(
         run_dir,
         lambda c: restore_checkpoint(
             c, run["model"], run["optimizer"], run["loader"], run["manifest"], run["plan"]
@@ -208,7 +208,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
         run_dir = tmp_path / case
         shutil.copytree(pristine["run_dir"] / "checkpoints", run_dir / "checkpoints")
         rng = random.Random(f"{case}-{all_damaged}")
-        damaged = checkpointing.complete_checkpoints(run_dir)
+        damaged = checkpoints.complete_checkpoints(run_dir)
         for checkpoint in damaged if all_damaged else damaged[-1:]:
             apply(checkpoint, name, how, keep_digests, rng)
         newest = damaged[-1]
@@ -217,7 +217,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
                 tensor.zero_()
         try:
             found = resume(pristine, run_dir)
-        except (checkpointing.CheckpointError, ValueError) as error:
+        except (checkpoints.CheckpointError, ValueError) as error:
             assert names_a_file(str(error), newest), f"{case}: {error}"
             outcomes["error"] += 1
             continue
@@ -237,7 +237,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
             # (with every checkpoint damaged, the older one's damage may have touched nothing it needs)
             assert checkpoint.name == "step_00000001", case
             assert restored_exactly(pristine, 1, state), case
-            if not checkpointing.is_complete(newest):  # no COMPLETE marker: not a checkpoint at all
+            if not checkpoints.is_complete(newest):  # no COMPLETE marker: not a checkpoint at all
                 assert skipped == [] and (name, how) == ("COMPLETE", "delete"), case
             else:
                 assert [c for c, _ in skipped] == [newest] and names_a_file(str(skipped[0][1]), newest), case

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tablefree.codes import AffineMap, ids_to_bits
-from tablefree.config import InterfaceConfig
 from tablefree.interfaces import INTERFACES, build_interface, parse_interface_options
+from tablefree.model_config import InterfaceConfig
 
 
 def opts(**options) -> InterfaceConfig:
@@ -172,8 +172,8 @@ def scratch():
 
 
 def test_init_weights_initialises_parameters_never_interface_buffers(scratch) -> None:
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
 
     config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64, interface="scratch")
     model = build_model(config, seed=0)
@@ -184,9 +184,9 @@ def test_init_weights_initialises_parameters_never_interface_buffers(scratch) ->
 
 
 def test_a_new_interface_reloads_from_a_checkpoint_as_itself(scratch, tmp_path) -> None:
-    from tablefree.checkpoint import load_model, save_model
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
+    from tablefree.model_files import load_model, save_model
 
     config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64)
     config.interface = opts(name="scratch", scale=2.0)
@@ -198,7 +198,7 @@ def test_a_new_interface_reloads_from_a_checkpoint_as_itself(scratch, tmp_path) 
 
 
 def test_options_parse_per_interface_with_errors_naming_the_field() -> None:
-    from tablefree.config import ModelConfig
+    from tablefree.model_config import ModelConfig
 
     assert type(opts(name="affine")).__name__ == "AffineOptions"
     assert ModelConfig(interface="canonical").interface == opts(name="canonical")
@@ -219,9 +219,9 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
     """Checkpoints written before each interface had its own options hold all five fields, whatever the name."""
     import json
 
-    from tablefree.checkpoint import load_model, save_model
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
+    from tablefree.model_files import load_model, save_model
 
     model = build_model(
         ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64, interface=name)
@@ -250,8 +250,8 @@ def test_every_shipped_interface_is_registered() -> None:
 
 @pytest.mark.parametrize("name", [n for n in ALL if n != "hashed"])
 def test_every_id_gets_a_distinct_row(name: str) -> None:
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
 
     model = build_model(
         ModelConfig(vocab_size=3000, d_model=64, n_layers=1, n_heads=4, interface=name), seed=2
@@ -330,8 +330,8 @@ def test_projected_is_the_code_times_a_trainable_map(code: str) -> None:
 
 @pytest.mark.parametrize("name", ALL)
 def test_no_gradient_reaches_fixed_parts(name: str) -> None:
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
 
     model = build_model(
         ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=name), seed=0
@@ -348,8 +348,8 @@ def test_no_gradient_reaches_fixed_parts(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["gaussian", "wide-random", "hashed", "projected"])
 def test_interface_seeds_follow_the_training_seed(name: str) -> None:
-    from tablefree.config import ModelConfig
     from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
 
     options = {"name": name, "code": "affine"} if name == "projected" else {"name": name}
     config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=options)
@@ -361,7 +361,7 @@ def test_interface_seeds_follow_the_training_seed(name: str) -> None:
 
 
 def test_paper_preset_counts_of_every_interface() -> None:
-    from tablefree.config import preset
+    from tablefree.model_config import preset
     from tablefree.params import param_breakdown
 
     for name in ALL:
@@ -381,7 +381,7 @@ def markov_data(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gaussian", "projected", "wide-random", "hashed"])
 def test_the_ablation_interfaces_train(tmp_path, markov_data, name: str) -> None:
-    from tablefree.checkpoint import load_model
+    from tablefree.model_files import load_model
     from tablefree.train.trainer import train
     from train_helpers import micro_config, train_losses
 

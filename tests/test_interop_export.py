@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interop_support import make_checkpoint, make_tokenizer
-from tablefree.checkpoint import load_model, read_model_config
 from tablefree.cli import main
-from tablefree.config import ModelConfig
 from tablefree.export import export_hf, import_hf
+from tablefree.model_config import ModelConfig
+from tablefree.model_files import load_model, read_model_config
 
 transformers = pytest.importorskip("transformers")
 

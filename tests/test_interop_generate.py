@@ -9,9 +9,9 @@ import torch
 
 from interop_support import make_checkpoint, make_tokenizer
 from tablefree.cli import main
-from tablefree.config import ModelConfig
 from tablefree.data.tokenizer import load_tokenizer
 from tablefree.generate import TextStream, filter_logits, generate, generate_tokens
+from tablefree.model_config import ModelConfig
 
 CONFIG = ModelConfig(vocab_size=320, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=24)
 
@@ -30,7 +30,7 @@ def checkpoint(tmp_path_factory, tokenizer_path):
 
 @pytest.fixture(scope="module")
 def model(checkpoint):
-    from tablefree.checkpoint import load_model
+    from tablefree.model_files import load_model
 
     return load_model(checkpoint)[0]
 

@@ -25,13 +25,13 @@ from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 from interop_support import make_checkpoint, make_tokenizer  # noqa: E402
-from tablefree.checkpoint import read_model_config, resolve_checkpoint  # noqa: E402
 from tablefree.cli import main  # noqa: E402
-from tablefree.config import ModelConfig, from_dict  # noqa: E402
 from tablefree.data.tokenizer import load_tokenizer  # noqa: E402
 from tablefree.evaluate import run_eval  # noqa: E402
 from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device, write_local_tasks  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
+from tablefree.model_config import ModelConfig, from_dict  # noqa: E402
+from tablefree.model_files import read_model_config, resolve_checkpoint  # noqa: E402
 
 N = 100  # examples per task
 TOLERANCE = 1e-4  # per-example log-likelihood
@@ -43,7 +43,7 @@ TASKS = {"hellaswag": "parity_hellaswag", "piqa": "parity_piqa", "lambada": "par
 def checkpoint(tmp_path_factory, shared_data) -> Path:
     """A tiny affine-interface GQA model trained for a few dozen steps by ``tablefree.train`` on real text."""
     from tablefree.data.prepare import prepare_dataset
-    from tablefree.train.config import TrainConfig
+    from tablefree.train.recipe import TrainConfig
     from tablefree.train.trainer import train
 
     root = tmp_path_factory.mktemp("parity")

@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from tablefree.checkpoint import load_model, save_model
-from tablefree.config import ModelConfig, preset
 from tablefree.model import KVCache, build_model
+from tablefree.model_config import ModelConfig, preset
+from tablefree.model_files import load_model, save_model
 from tablefree.params import param_breakdown
 
 
@@ -153,7 +153,7 @@ def test_affine_seed_follows_the_training_seed_unless_held() -> None:
 
 
 def test_model_spec_resolves_the_affine_seed_from_the_training_seed() -> None:
-    from tablefree.train.config import load_train_config
+    from tablefree.train.recipe import load_train_config
 
     config = load_train_config(None, ["model.interface.name=affine", "seed=5"])
     assert config.model.build(300, seed=config.seed).interface.affine_seed == 5
@@ -162,7 +162,7 @@ def test_model_spec_resolves_the_affine_seed_from_the_training_seed() -> None:
 
 
 def test_checkpoint_records_the_resolved_affine_seed(tmp_path) -> None:
-    from tablefree.checkpoint import read_model_config
+    from tablefree.model_files import read_model_config
 
     model = build_model(tiny_config(interface={"name": "affine"}), seed=9)
     save_model(tmp_path / "ck", model)
@@ -200,7 +200,7 @@ def test_params_cli_all_interfaces_and_options() -> None:
     ],
 )
 def test_interface_overrides_in_either_order(overrides: list[str]) -> None:
-    from tablefree.train.config import load_train_config
+    from tablefree.train.recipe import load_train_config
 
     config = load_train_config(None, overrides)
     assert config.model.interface.name == "affine" and config.model.interface.affine_seed == 3
@@ -208,7 +208,7 @@ def test_interface_overrides_in_either_order(overrides: list[str]) -> None:
 
 
 def test_unknown_interface_on_the_command_line_names_the_override() -> None:
-    from tablefree.train.config import load_train_config
+    from tablefree.train.recipe import load_train_config
 
     with pytest.raises(
         ValueError, match=r"'model.interface=canonicl'.*model.interface.name: unknown interface"

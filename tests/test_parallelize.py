@@ -12,8 +12,8 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from tablefree import build_model
-from tablefree.config import preset
 from tablefree.interfaces import INTERFACES
+from tablefree.model_config import preset
 from tablefree.train.parallelize import (
     destroy_distributed,
     free_port,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tablefree.config import preset
 from tablefree.model import build_model
-from tablefree.train.config import ScheduleConfig, TrainConfig, load_train_config, lr_at, parse_budget, plan
+from tablefree.model_config import preset
+from tablefree.train.recipe import ScheduleConfig, TrainConfig, load_train_config, lr_at, parse_budget, plan
 from tablefree.train.trainer import build_optimizer, flops_per_token
 from train_helpers import make_dataset, micro_config
 

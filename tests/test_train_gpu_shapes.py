@@ -9,7 +9,7 @@ import resource
 
 import pytest
 
-from tablefree.config import preset
+from tablefree.model_config import preset
 from tablefree.train.trainer import train
 from train_helpers import make_dataset, micro_config
 

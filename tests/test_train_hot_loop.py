@@ -60,7 +60,7 @@ def test_the_model_skips_its_own_id_check_only_inside_ids_checked_by_caller() ->
 
 def test_checkpoint_format_none_writes_no_checkpoint(tmp_path) -> None:
     """What the GPU benchmark uses: a 1.7B checkpoint would be 21 GB and a minute of a lent machine."""
-    from tablefree.train.checkpointing import complete_checkpoints
+    from tablefree.train.checkpoints import complete_checkpoints
     from tablefree.train.trainer import train
     from train_helpers import make_dataset
 

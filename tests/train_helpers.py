@@ -71,8 +71,8 @@ def make_dataset(
 
 def micro_config(data_dir: Path, **overrides):
     """A TrainConfig for a very small model that trains in a second or two on a CPU."""
-    from tablefree.config import apply_overrides, from_dict
-    from tablefree.train.config import TrainConfig
+    from tablefree.config_parsing import apply_overrides, from_dict
+    from tablefree.train.recipe import TrainConfig
 
     data = {
         "model": {
@@ -101,7 +101,7 @@ def write_config(path: Path, config) -> Path:
     """Save a TrainConfig as YAML for the command line."""
     import yaml
 
-    from tablefree.config import to_dict
+    from tablefree.config_parsing import to_dict
 
     path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
     return path

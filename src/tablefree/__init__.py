@@ -1,9 +1,9 @@
 """tablefree: language models with no trainable input embedding table."""
 
 from tablefree.codes import AffineMap, bits_to_ids, ids_to_bits, num_bits
-from tablefree.config import InterfaceConfig, ModelConfig, preset
 from tablefree.interfaces import INTERFACES, InputInterface, build_interface, register_interface
 from tablefree.model import TablefreeLM, build_model
+from tablefree.model_config import InterfaceConfig, ModelConfig, preset
 from tablefree.params import param_breakdown
 
 __version__ = "0.1.0"

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.config import from_dict, from_dict_with_overrides, load_yaml, to_dict
+from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, to_dict
 from tablefree.fileio import write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
 from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, read_json, run_directory, run_name
@@ -253,7 +253,7 @@ class RunPlan:
 
 def plan_runs(config: CompareConfig) -> list[RunPlan]:
     """Every run of the sweep (grid point, interface, seed), each recipe checked as a training config."""
-    from tablefree.train.config import TrainConfig
+    from tablefree.train.recipe import TrainConfig
 
     recipe = base_recipe(config)
     plans = []
@@ -276,8 +276,8 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
     tasks and files exist."""
     from tablefree.data.loader import read_manifest
     from tablefree.params import param_breakdown
-    from tablefree.train.config import TrainConfig
-    from tablefree.train.config import plan as step_plan
+    from tablefree.train.recipe import TrainConfig
+    from tablefree.train.recipe import plan as step_plan
 
     check_eval_data(config)
     vocab = None
@@ -381,7 +381,7 @@ def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         summary = _train_with_torchrun(config, run)
     else:
         from tablefree.train import trainer
-        from tablefree.train.config import TrainConfig
+        from tablefree.train.recipe import TrainConfig
 
         train_config = from_dict(TrainConfig, run.recipe, where=f"recipe of {run.name}")
         summary = trainer.train(train_config, run.directory, resume="auto")

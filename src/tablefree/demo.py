@@ -177,7 +177,7 @@ def packaged_config(name: str) -> Path:
 def demo_recipe(budget: str | None = None) -> dict:
     """The demo's training recipe: the packaged tiny recipe with ``DEMO_OVERRIDES`` (and ``budget``)."""
     from tablefree.compare import deep_merge
-    from tablefree.config import load_yaml
+    from tablefree.config_parsing import load_yaml
 
     recipe = deep_merge(load_yaml(packaged_config("tiny.yaml")), DEMO_OVERRIDES)
     recipe.pop("data", None)  # the demo's own dataset
@@ -201,7 +201,7 @@ def run_demo(
     import time
 
     from tablefree.compare import CompareConfig, run_sweep
-    from tablefree.config import from_dict
+    from tablefree.config_parsing import from_dict
     from tablefree.data.prepare import prepare_dataset
 
     out = Path(out)

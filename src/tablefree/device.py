@@ -1,6 +1,6 @@
 """The one place a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:1``, ``mps``) becomes a torch.device.
 
-Training (``tablefree.train.parallelize.init_distributed``), checkpoint loading (``tablefree.checkpoint``) and
+Training (``tablefree.train.parallelize.init_distributed``), checkpoint loading (``tablefree.model_files``) and
 the lm-eval adapter all resolve devices here, so ``auto`` and an absent backend mean the same everywhere.
 """
 

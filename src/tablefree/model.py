@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tablefree.config import ModelConfig
 from tablefree.interfaces import build_interface
+from tablefree.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):

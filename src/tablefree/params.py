@@ -6,9 +6,9 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from tablefree.config import ModelConfig
 from tablefree.interfaces import parse_interface_options
 from tablefree.model import TablefreeLM, build_model
+from tablefree.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tablefree import fileio
-from tablefree.config import load_yaml
+from tablefree.config_parsing import load_yaml
 
 SWEEP_CONFIG = "compare.yaml"
 RUNS_DIR = "runs"

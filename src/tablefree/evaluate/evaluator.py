@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from tablefree.checkpoint import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.data.corpus import sha256_file
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
@@ -31,6 +30,7 @@ from tablefree.evaluate.tasks import (
     task_files,
 )
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.train.precision import choose_precision
 
 VALIDATION = "validation"

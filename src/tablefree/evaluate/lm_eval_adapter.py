@@ -33,13 +33,13 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from tablefree import device as devices
-from tablefree.checkpoint import TOKENIZER_FILE, load_model
 from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.evaluator import checked_tokenizer
 from tablefree.evaluate.tasks import TASKS, check_task_files, load_docs, parse_task_names
 from tablefree.fileio import write_text_atomic
 from tablefree.generate import generate
+from tablefree.model_files import TOKENIZER_FILE, load_model
 
 logger = logging.getLogger(__name__)
 MODEL_NAME = "tablefree"

@@ -1,7 +1,7 @@
 """The input-interface contract: what every part of tablefree needs from an interface, and the registry.
 
 An interface is one file under ``tablefree/interfaces/`` holding an options dataclass (a subclass of
-``tablefree.config.InterfaceConfig``) and a module class derived from ``InputInterface`` and registered by name::
+``tablefree.model_config.InterfaceConfig``) and a module class derived from ``InputInterface`` and registered by name::
 
     @dataclass
     class MyOptions(InterfaceConfig):
@@ -33,7 +33,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from tablefree.config import InterfaceConfig, from_dict
+from tablefree.config_parsing import from_dict
+from tablefree.model_config import InterfaceConfig
 
 INTERFACES: dict[str, type[InputInterface]] = {}
 TABLE_CHUNK = 4096  # ids per forward when materialising a table (bounds the memory of large-d tables)

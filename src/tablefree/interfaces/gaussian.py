@@ -19,8 +19,8 @@ from typing import ClassVar
 
 import torch
 
-from tablefree.config import InterfaceConfig
 from tablefree.interfaces.base import InputInterface, OptionError, check_token_ids, register_interface
+from tablefree.model_config import InterfaceConfig
 
 MASK32 = 0xFFFF_FFFF
 DEFAULT_SIGMA = 1 / math.sqrt(2)

@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from tablefree.codes import num_bits
-from tablefree.config import InterfaceConfig
 from tablefree.interfaces.base import (
     INTERFACES,
     InputInterface,
@@ -24,6 +23,7 @@ from tablefree.interfaces.base import (
     register_interface,
 )
 from tablefree.interfaces.fixed_code import BIT_ORDERS, VALUE_SETS, FixedCode
+from tablefree.model_config import InterfaceConfig
 
 CODES = ("canonical", "affine")
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
-from tablefree.config import load_yaml
+from tablefree.config_parsing import load_yaml
 from tablefree.fileio import write_json_atomic, write_text_atomic
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
-from tablefree.config import load_yaml
+from tablefree.config_parsing import load_yaml
 from tablefree.rundir import ESTIMATE_KEYS, RUN_FILES, Run, first_number, read_jsonl
 
 INTERFACE_ORDER = ["learned", "canonical", "affine"]

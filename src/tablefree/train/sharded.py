@@ -63,8 +63,8 @@ def read_model_state(directory: str | Path, model: torch.nn.Module) -> None:
 def consolidate(directory: str | Path, model_file: str = "model.safetensors") -> Path:
     """Write the full weights of the sharded checkpoint ``directory`` as one safetensors file beside it
     (atomically), the format of an unsharded checkpoint; returns its path."""
-    from tablefree.checkpoint import model_state, read_model_config
     from tablefree.model import TablefreeLM
+    from tablefree.model_files import model_state, read_model_config
 
     directory = Path(directory)
     with torch.device("meta"):

@@ -15,7 +15,7 @@ processes = ``batch_tokens`` tokens. A run directory holds::
 The in-training validation *estimate* (``val_loss_estimate``: the mean loss over ``val_windows`` =
 val_batches × micro_batch windows of the val split) is named so everywhere, to keep it apart from the
 evaluation over the whole validation split (``tablefree eval``), a different number.
-    checkpoints/step_XXXXXXXX/   # see tablefree.train.checkpointing
+    checkpoints/step_XXXXXXXX/   # see tablefree.train.checkpoints
     tensorboard/     # when the tensorboard package is installed
 
 Determinism: the backbone of every interface is initialised identically for one seed (per-parameter-name
@@ -46,18 +46,18 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from tablefree.checkpoint import COMPLETE_MARKER, META_FILE
-from tablefree.config import ModelConfig, load_yaml, to_dict
+from tablefree.config_parsing import load_yaml, to_dict
 from tablefree.data.loader import TokenLoader, read_manifest, verify_dataset
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import Ceiling, datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
 from tablefree.model import build_model, next_token_loss
+from tablefree.model_config import ModelConfig
+from tablefree.model_files import COMPLETE_MARKER, META_FILE
 from tablefree.params import param_breakdown
 from tablefree.rundir import RUN_FILES, read_jsonl
-from tablefree.train import checkpointing, sharded
-from tablefree.train.config import ModelSpec, Plan, TrainConfig, lr_at, plan
+from tablefree.train import checkpoints, sharded
 from tablefree.train.parallelize import (
     DistInfo,
     all_reduce_mean,
@@ -74,6 +74,7 @@ from tablefree.train.precision import (
     choose_precision,
     estimate_eager_seconds,
 )
+from tablefree.train.recipe import ModelSpec, Plan, TrainConfig, lr_at, plan
 
 CONFIG_FILE = RUN_FILES["config"]
 METRICS_FILE = RUN_FILES["metrics"]
@@ -158,8 +159,8 @@ def train(
     if resume not in (True, False, "auto"):
         raise ValueError(f"resume: expected True, False or 'auto', got {resume!r}")
     if resume == "auto":
-        resume = bool(checkpointing.complete_checkpoints(run_dir))
-    elif resume and not checkpointing.complete_checkpoints(run_dir):
+        resume = bool(checkpoints.complete_checkpoints(run_dir))
+    elif resume and not checkpoints.complete_checkpoints(run_dir):
         raise FileNotFoundError(nothing_to_resume(run_dir))
     owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = init_distributed(config.device, force_process_group=config.parallel == "fsdp")
@@ -173,11 +174,11 @@ def train(
 
 def nothing_to_resume(run_dir: Path) -> str:
     """The error for ``--resume`` on a run directory without a checkpoint, saying where it looked."""
-    where = run_dir / checkpointing.CHECKPOINTS_DIR
+    where = run_dir / checkpoints.CHECKPOINTS_DIR
     if not run_dir.exists():
         found = f"{run_dir} does not exist"
     elif not where.exists():
-        found = f"{run_dir} has no {checkpointing.CHECKPOINTS_DIR}/ directory"
+        found = f"{run_dir} has no {checkpoints.CHECKPOINTS_DIR}/ directory"
     else:
         found = f"{where} holds no complete step_* checkpoint"
     return f"--resume: nothing to resume: {found} (looked for {where}/step_*/COMPLETE). Check --run-dir, or start the run without --resume"
@@ -212,7 +213,7 @@ class TrainState:
             if not (number and (not integer or isinstance(value, int))) and not (
                 value is None and not integer
             ):
-                raise checkpointing.CheckpointError(f"{where}: field {name!r} has the wrong type ({value!r})")
+                raise checkpoints.CheckpointError(f"{where}: field {name!r} has the wrong type ({value!r})")
         return cls(**values)
 
 
@@ -353,7 +354,7 @@ class Trainer:
         """Restore the newest checkpoint that loads; a damaged newer one is skipped (and set aside) with the
         reason said. None when the run has no checkpoint yet; a CheckpointError when none loads."""
         try:
-            found = checkpointing.load_newest(
+            found = checkpoints.load_newest(
                 self.run_dir,
                 lambda checkpoint: restore_checkpoint(
                     checkpoint,
@@ -364,13 +365,13 @@ class Trainer:
                     self.plan,
                 ),
             )
-        except checkpointing.CheckpointError as error:
-            raise checkpointing.CheckpointError(f"--resume: {error}") from None
+        except checkpoints.CheckpointError as error:
+            raise checkpoints.CheckpointError(f"--resume: {error}") from None
         if found is None:
             return None
         checkpoint, self.state, skipped = found
         if self.info.is_main:
-            for partial in checkpointing.incomplete_checkpoints(self.run_dir):
+            for partial in checkpoints.incomplete_checkpoints(self.run_dir):
                 if partial.name > checkpoint.name:
                     print(
                         f"--resume: ignored {partial.name}: no {COMPLETE_MARKER} marker (an incomplete checkpoint)"
@@ -379,7 +380,7 @@ class Trainer:
         if self.info.is_main:
             for damaged, error in skipped:
                 print(f"--resume: skipped {damaged.name}: {error}", flush=True)
-                print(f"--resume: {damaged.name} moved to {checkpointing.set_aside(damaged)}", flush=True)
+                print(f"--resume: {damaged.name} moved to {checkpoints.set_aside(damaged)}", flush=True)
         return checkpoint
 
     def _write_run_files(self) -> None:
@@ -538,7 +539,7 @@ class Trainer:
             if self.info.is_main:
                 print(f"step {step}: {what}; update skipped (on_nonfinite: skip)", flush=True)
             return
-        last = checkpointing.latest_checkpoint(self.run_dir)
+        last = checkpoints.latest_checkpoint(self.run_dir)
         raise NonFiniteLossError(
             f"step {step}: {what}; stopped without updating the model. "
             + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet.")
@@ -628,9 +629,9 @@ class Trainer:
         if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
             self.saved_at = state.step
             return None
-        poisoned = checkpointing.non_finite_parameters(self.model)  # each rank checks its own shards
+        poisoned = checkpoints.non_finite_parameters(self.model)  # each rank checks its own shards
         if any_rank(bool(poisoned), self.device):
-            last = checkpointing.latest_checkpoint(self.run_dir)
+            last = checkpoints.latest_checkpoint(self.run_dir)
             raise NonFiniteLossError(
                 f"step {state.step}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3]) or 'the model'}; "
                 "no checkpoint written. "
@@ -638,20 +639,20 @@ class Trainer:
                 stop_reason=f"non-finite weights at step {state.step}",
             )
         if self.sharded_checkpoints:  # every rank writes its shards into the staging directory first
-            staging = checkpointing.staging_dir(self.run_dir, state.step)
+            staging = checkpoints.staging_dir(self.run_dir, state.step)
             if self.info.is_main:
                 shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while saving
             barrier()
             sharded.save_sharded(staging, self.train_model, self.optimizer)
             model_state, optim_state = None, {"in": sharded.SHARDED_DIR}
         else:
-            model_state, optim_state = checkpointing.full_state(self.train_model, self.optimizer)
+            model_state, optim_state = checkpoints.full_state(self.train_model, self.optimizer)
         path = None
         if self.info.is_main:
             train_state = {
                 **state.state_dict(),
                 "optimizer": optim_state,
-                "rng": checkpointing.rng_state(),
+                "rng": checkpoints.rng_state(),
                 "loader": self.train_loader.state_dict(),
             }
             meta = {
@@ -664,7 +665,7 @@ class Trainer:
                 "train_loss": state.last_train_loss,
                 "val_loss_estimate": state.last_val_loss_estimate,
             }
-            path = checkpointing.save_checkpoint(
+            path = checkpoints.save_checkpoint(
                 self.run_dir,
                 state.step,
                 model_state,
@@ -950,10 +951,8 @@ class Change:
 
 def has_checkpoints(run_dir: Path) -> bool:
     """Whether the run directory holds checkpoints (complete ones, or damaged ones set aside)."""
-    root = run_dir / checkpointing.CHECKPOINTS_DIR
-    return bool(checkpointing.complete_checkpoints(run_dir)) or any(
-        root.glob(f"{checkpointing.DAMAGED_PREFIX}*")
-    )
+    root = run_dir / checkpoints.CHECKPOINTS_DIR
+    return bool(checkpoints.complete_checkpoints(run_dir)) or any(root.glob(f"{checkpoints.DAMAGED_PREFIX}*"))
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -1072,18 +1071,18 @@ def restore_checkpoint(
 ) -> TrainState:
     """Restore a run's model, optimizer, RNG and loader from ``checkpoint``; its TrainState. A damaged
     checkpoint is a CheckpointError naming the file (``_resume`` then tries the one before)."""
-    saved = checkpointing.load_for_resume(
+    saved = checkpoints.load_for_resume(
         checkpoint, model, optimizer, loader, tokenizer_hash=manifest.get("tokenizer_hash")
     )
-    where = checkpoint / checkpointing.TRAIN_STATE_FILE
+    where = checkpoint / checkpoints.TRAIN_STATE_FILE
     state = TrainState.from_state_dict(saved, where=str(where))
     # batch_tokens never changes within a run, so these three numbers must agree
     if state.tokens_seen != state.step * run_plan.tokens_per_step:
-        raise checkpointing.CheckpointError(
+        raise checkpoints.CheckpointError(
             f"{where}: {state.tokens_seen} tokens seen in {state.step} steps of {run_plan.tokens_per_step} tokens"
         )
     if loader.position != state.step * run_plan.grad_accum:
-        raise checkpointing.CheckpointError(
+        raise checkpoints.CheckpointError(
             f"{where}: the loader is at micro-step {loader.position}, not at step {state.step}'s "
             f"{state.step * run_plan.grad_accum}"
         )
@@ -1092,11 +1091,11 @@ def restore_checkpoint(
 
 def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> None:
     """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
-    for checkpoint in reversed(checkpointing.complete_checkpoints(run_dir)):
+    for checkpoint in reversed(checkpoints.complete_checkpoints(run_dir)):
         try:
-            checkpointing.verify_digests(checkpoint, only=(META_FILE,))
-            meta = checkpointing.read_meta(checkpoint)
-        except checkpointing.CheckpointError:
+            checkpoints.verify_digests(checkpoint, only=(META_FILE,))
+            meta = checkpoints.read_meta(checkpoint)
+        except checkpoints.CheckpointError:
             continue  # a damaged meta.json: _resume reports it
         trained = meta.get("tokenizer_hash")
         if trained != manifest.get("tokenizer_hash"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tablefree.commands.compare import parse_seeds
-from tablefree.commands.eval import limit_arg
+from tablefree.cli.compare import parse_seeds
+from tablefree.cli.eval import limit_arg
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -22,15 +22,8 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from tablefree.config import (
-    PRESETS,
-    InterfaceConfig,
-    ModelConfig,
-    from_dict_with_overrides,
-    load_yaml,
-    parse_count,
-    preset,
-)
+from tablefree.config_parsing import from_dict_with_overrides, load_yaml, parse_count
+from tablefree.model_config import PRESETS, InterfaceConfig, ModelConfig, preset
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from tablefree.config import PRESETS, apply_overrides, preset
+from tablefree.config_parsing import apply_overrides
 from tablefree.interfaces import INTERFACES
+from tablefree.model_config import PRESETS, preset
 from tablefree.params import format_breakdown, format_comparison, param_breakdown
 
 

@@ -13,7 +13,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description="Train a model from a YAML recipe with dotted overrides, e.g. "
         "`tablefree train --config configs/tiny.yaml model.interface=affine optim.lr=1e-3`. "
         "Under `torchrun --nproc_per_node N` the same command trains with DDP or FSDP2 (parallel=ddp|fsdp). "
-        "Python API: tablefree.train.trainer.train(tablefree.train.config.load_train_config(PATH, "
+        "Python API: tablefree.train.trainer.train(tablefree.train.recipe.load_train_config(PATH, "
         "OVERRIDES), RUN_DIR, resume=False, allow_change=()). See docs/training.md.",
     )
     parser.add_argument(
@@ -61,9 +61,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tablefree.config import to_dict
+    from tablefree.config_parsing import to_dict
     from tablefree.data.loader import read_manifest
-    from tablefree.train.config import load_train_config, plan
+    from tablefree.train.recipe import load_train_config, plan
     from tablefree.train.trainer import CONFIG_FILE, nothing_to_resume, recorded_config, train
 
     config_path = args.config
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_recorded_config(recipe: dict, overrides: list[str], where: Path):
     """A TrainConfig from a run's recorded recipe (a dict) and command-line overrides."""
-    from tablefree.config import from_dict_with_overrides
-    from tablefree.train.config import TrainConfig
+    from tablefree.config_parsing import from_dict_with_overrides
+    from tablefree.train.recipe import TrainConfig
 
     return from_dict_with_overrides(TrainConfig, recipe, overrides, str(where))

@@ -1,4 +1,4 @@
-"""Training checkpoints: model files per ``tablefree.checkpoint`` plus the state needed to resume exactly.
+"""Training checkpoints: model files per ``tablefree.model_files`` plus the state needed to resume exactly.
 
 Layout of a run's checkpoints::
 
@@ -44,7 +44,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from tablefree.checkpoint import (
+from tablefree.fileio import read_json, write_json_atomic
+from tablefree.model_files import (
     COMPLETE_MARKER,
     META_FILE,
     MODEL_FILE,
@@ -52,7 +53,6 @@ from tablefree.checkpoint import (
     is_complete,
     save_model_files,
 )
-from tablefree.fileio import read_json, write_json_atomic
 from tablefree.train import sharded
 
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tablefree.commands.eval import limit_arg
+from tablefree.cli.eval import limit_arg
 from tablefree.export import EXPORT_FORMATS
 
 
@@ -165,8 +165,8 @@ def run_import(args: argparse.Namespace) -> int:
     import sys
     import warnings
 
-    from tablefree.checkpoint import read_model_config
     from tablefree.export import import_hf
+    from tablefree.model_files import read_model_config
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -179,9 +179,9 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from tablefree.checkpoint import TOKENIZER_FILE, load_model
     from tablefree.data.tokenizer import load_tokenizer
     from tablefree.generate import check_sampling, generate, print_stream
+    from tablefree.model_files import TOKENIZER_FILE, load_model
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
     model, directory = load_model(args.checkpoint, device=args.device)

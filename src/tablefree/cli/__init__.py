@@ -1,4 +1,4 @@
-"""The ``tablefree`` command line. Each verb lives in a module of ``tablefree.commands`` that exposes
+"""The ``tablefree`` command line. Each verb lives in a module of ``tablefree.cli`` that exposes
 ``add_commands(subparsers)``; every verb has a Python API counterpart, named in its ``--help``.
 
 Conventions shared by every verb (README "Command-line conventions"): ``KEY=VALUE`` overrides may stand
@@ -14,15 +14,15 @@ import sys
 
 # Modules that contribute verbs, in the order their verbs appear in ``tablefree --help``.
 COMMAND_MODULES = [
-    "tablefree.commands.demo",
-    "tablefree.commands.compare",
-    "tablefree.commands.train",
-    "tablefree.commands.eval",
-    "tablefree.commands.analyze",
-    "tablefree.commands.data",
-    "tablefree.commands.interop",
-    "tablefree.commands.params",
-    "tablefree.commands.hardware",
+    "tablefree.cli.demo",
+    "tablefree.cli.compare",
+    "tablefree.cli.train",
+    "tablefree.cli.eval",
+    "tablefree.cli.analyze",
+    "tablefree.cli.data",
+    "tablefree.cli.interop",
+    "tablefree.cli.params",
+    "tablefree.cli.hardware",
 ]
 
 

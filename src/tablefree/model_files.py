@@ -9,7 +9,7 @@ A checkpoint is a directory::
         meta.json           # step, tokens seen, tokenizer hash, ...
         COMPLETE            # written last: a directory without it is not a checkpoint
 
-Training adds its own state next to these (see ``tablefree.train.checkpointing``).
+Training adds its own state next to these (see ``tablefree.train.checkpoints``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from tablefree.config import ModelConfig, from_dict, to_dict
+from tablefree.config_parsing import from_dict, to_dict
 from tablefree.device import resolve_device
 from tablefree.fileio import read_json, write_json_atomic
 from tablefree.model import TablefreeLM
+from tablefree.model_config import ModelConfig
 from tablefree.safetensors_header import check_model_weights
 
 COMPLETE_MARKER = "COMPLETE"

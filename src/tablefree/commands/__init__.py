@@ -1,1 +1,0 @@
-"""Command-line verbs; one module per area, each with ``add_commands(subparsers)``."""
