@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tablefree.cli import main
-from tablefree.data.download import EVAL_FILES, download_evals
+from tablefree.evaluate.download import EVAL_FILES, download_evals
 
 
 class QuietHandler(SimpleHTTPRequestHandler):

@@ -1,5 +1,5 @@
 """precision/compile auto decisions, bf16 training tracking fp32 on CPU, matched interfaces under bf16 and
-compile, and the measured MFU ceiling (tablefree.train.precision, tablefree.hardware)."""
+compile, and the measured MFU ceiling (tablefree.precision, tablefree.hardware)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from tablefree import hardware
-from tablefree.train import precision, trainer
-from tablefree.train.precision import choose_compile, choose_precision
+from tablefree import hardware, precision
+from tablefree.precision import choose_compile, choose_precision
+from tablefree.train import trainer
 from tablefree.train.trainer import train
 from train_helpers import make_dataset, micro_config, train_losses
 

@@ -1,6 +1,6 @@
 """``tablefree tokenizer train``, ``tablefree data prepare|scan|download-evals`` (Python API:
 ``tablefree.data.tokenizer.train_tokenizer``, ``tablefree.data.prepare.prepare_dataset``,
-``tablefree.data.corpus.Corpus``, ``tablefree.data.download.download_evals``)."""
+``tablefree.data.corpus.Corpus``, ``tablefree.evaluate.download.download_evals``)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
         help="prepare token shards, scan a corpus, verify a dataset, download evaluation data",
-        description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.data.download.",
+        description="Data tools. Python API: tablefree.data.prepare, tablefree.data.corpus, tablefree.evaluate.download.",
     )
     verbs = parser.add_subparsers(dest="data_verb", metavar="VERB", required=True)
 
@@ -154,7 +154,7 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "download-evals",
         help="download the zero-shot evaluation sets, verifying sha256",
         description="Download HellaSwag, PIQA, LAMBADA (and the extra sets) from their official locations into "
-        "DIR, verifying each file's sha256. Python API: tablefree.data.download.download_evals(DIR, ...).",
+        "DIR, verifying each file's sha256. Python API: tablefree.evaluate.download.download_evals(DIR, ...).",
     )
     download.add_argument("dir", help="destination directory (use it as --eval-data / TABLEFREE_EVAL_DATA)")
     download.add_argument(
@@ -339,7 +339,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from tablefree.data.download import download_evals
+    from tablefree.evaluate.download import download_evals
 
     for path in download_evals(args.dir, tasks=args.tasks, base_url=args.base_url, force=args.force):
         print(f"ok {path}")

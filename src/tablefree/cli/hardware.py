@@ -1,6 +1,6 @@
 """``tablefree hardware``: what ``precision: auto`` and ``compile: auto`` choose here, and the measured matmul
 ceilings MFU is reported against (Python API: ``tablefree.hardware.peak_flops``,
-``tablefree.train.precision.choose_precision``)."""
+``tablefree.precision.choose_precision``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         description="Show what precision: auto and compile: auto pick on this device and why, and the measured "
         "fp32 and bf16 matmul ceilings that training reports MFU against (cached in "
         "~/.cache/tablefree/peak_flops.json, or $TABLEFREE_PEAK_FLOPS_CACHE). Python API: "
-        "tablefree.hardware.peak_flops(device, dtype), tablefree.train.precision.choose_precision('auto', device).",
+        "tablefree.hardware.peak_flops(device, dtype), tablefree.precision.choose_precision('auto', device).",
     )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--threads", type=int, help="torch threads to measure with (default: torch's own)")
@@ -29,8 +29,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tablefree import hardware
+    from tablefree.precision import choose_precision, compiler_available
     from tablefree.train.parallelize import pick_device
-    from tablefree.train.precision import choose_precision, compiler_available
 
     if args.threads is not None:
         if args.threads < 1:

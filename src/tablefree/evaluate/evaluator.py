@@ -31,7 +31,7 @@ from tablefree.evaluate.tasks import (
 )
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
-from tablefree.train.precision import choose_precision
+from tablefree.precision import choose_precision
 
 VALIDATION = "validation"
 LM_EVAL_SEMANTICS = "lm-evaluation-harness 0.4.13"
@@ -64,7 +64,7 @@ def run_eval(
     lists the tasks still to do under ``"pending"``).
 
     ``dtype`` (auto | fp32 | bf16) is the forward pass's precision, decided as training's ``precision``
-    (``tablefree.train.precision.choose_precision``): ``auto`` is bf16 autocast only where the device
+    (``tablefree.precision.choose_precision``): ``auto`` is bf16 autocast only where the device
     multiplies bf16 natively and measurably faster. The results record the choice and why.
 
     Everything that can be checked before scoring is checked first: task names, the limit, that the output

@@ -5,7 +5,7 @@ A ``Task`` is the single source of truth for a benchmark. It carries
 * its name (``tablefree eval --tasks``, ``data download-evals --tasks``, ``lm-eval-tasks --tasks``, results
   JSON) and its ``aliases`` (lm-eval's name where it differs, e.g. ``lambada_openai``), accepted everywhere;
 * its data files (``DataFile``: the path under the eval data directory, the official URL, the sha256, and
-  whether the URL serves parquet), from which ``tablefree.data.download`` builds its downloads;
+  whether the URL serves parquet), from which ``tablefree.evaluate.download`` builds its downloads;
 * lm-eval's task name, YAML (under ``lm_eval/tasks``) and split, from which
   ``tablefree.evaluate.lm_eval_adapter`` writes its local task definitions;
 * the fields each record must have, and lm-eval's ``doc_to_text`` / ``doc_to_choice`` / ``doc_to_target``

@@ -56,6 +56,13 @@ from tablefree.model import build_model, next_token_loss
 from tablefree.model_config import ModelConfig
 from tablefree.model_files import COMPLETE_MARKER, META_FILE
 from tablefree.params import param_breakdown
+from tablefree.precision import (
+    Decision,
+    autocast_dtype,
+    choose_compile,
+    choose_precision,
+    estimate_eager_seconds,
+)
 from tablefree.rundir import RUN_FILES, read_jsonl
 from tablefree.train import checkpoints, sharded
 from tablefree.train.parallelize import (
@@ -66,13 +73,6 @@ from tablefree.train.parallelize import (
     destroy_distributed,
     init_distributed,
     parallelize,
-)
-from tablefree.train.precision import (
-    Decision,
-    autocast_dtype,
-    choose_compile,
-    choose_precision,
-    estimate_eager_seconds,
 )
 from tablefree.train.recipe import ModelSpec, Plan, TrainConfig, lr_at, plan
 
