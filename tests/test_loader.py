@@ -116,8 +116,8 @@ def test_loader_checks_shard_sizes_against_the_manifest(tmp_path) -> None:
 
 def test_verify_dataset_finds_overwritten_tokens_and_the_verb_exits_1(tmp_path, capsys) -> None:
     from tablefree.cli import main
-    from tablefree.data.corpus import sha256_file
     from tablefree.data.loader import verify_dataset
+    from tablefree.fileio import sha256_file
 
     data = make_dataset(tmp_path)
     manifest = json.loads((data / "manifest.json").read_text())

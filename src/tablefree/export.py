@@ -27,7 +27,6 @@ Python API: ``export_hf(checkpoint, out_dir)``, ``import_hf(hf_dir, out_checkpoi
 
 from __future__ import annotations
 
-import hashlib
 import math
 import shutil
 import warnings
@@ -42,7 +41,7 @@ from safetensors.torch import load_file, save_file
 import tablefree
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
-from tablefree.fileio import read_json, staged_directory, write_json_atomic
+from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.model import TablefreeLM
 from tablefree.model_config import InterfaceConfig, ModelConfig
@@ -277,19 +276,11 @@ def source_provenance(source: Path) -> dict[str, Any]:
     return {
         "source_run": run,
         "source_checkpoint": source.name,
-        "source_weights_sha256": file_sha256(source / MODEL_FILE),
+        "source_weights_sha256": sha256_file(source / MODEL_FILE),
         "step": meta.get("step"),
         "tokens_seen": meta.get("tokens_seen"),
         "tokenizer_hash": meta.get("tokenizer_hash"),
     }
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def special_token_ids(tokenizer_file: Path, vocab_size: int) -> dict[str, int | None]:

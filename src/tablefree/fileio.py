@@ -8,6 +8,7 @@ evaluation and the reports all write through here (import them from here; nothin
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -79,3 +80,12 @@ def staged_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def sha256_file(path: str | Path) -> str:
+    """The file's sha256 as hex, read in 16 MiB blocks (shards, checkpoints and benchmark files alike)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import hashlib
 import io
 import json
 import re
@@ -41,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
+
+from tablefree.fileio import sha256_file
 
 READ_BLOCK = 1 << 20
 SNIFF_BYTES = 8192
@@ -175,14 +176,6 @@ def file_type(path: Path) -> tuple[str | None, str | None]:
     if kind == "parquet" and compression:
         return None, None  # parquet compresses internally
     return kind, compression
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(READ_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def open_decompressed(source: SourceFile) -> io.BufferedIOBase:

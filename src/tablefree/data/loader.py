@@ -162,7 +162,7 @@ def verify_dataset(data_dir: str | Path, hashes: bool | str = True) -> DatasetCh
 
 
 def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> list[str]:
-    from tablefree.data.corpus import sha256_file
+    from tablefree.fileio import sha256_file
 
     problems = []
     vocab = manifest.get("vocab_size")

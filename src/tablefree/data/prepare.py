@@ -39,7 +39,7 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from tablefree.data.corpus import Corpus, CorpusSummary, Junk, sha256_file
+from tablefree.data.corpus import Corpus, CorpusSummary, Junk
 from tablefree.data.loader import MANIFEST, read_manifest
 from tablefree.data.shards import read_header, version_for_vocab, write_shard
 from tablefree.data.tokenizer import (
@@ -52,7 +52,7 @@ from tablefree.data.tokenizer import (
     tokenizer_hash,
     train_tokenizer_from_texts,
 )
-from tablefree.fileio import read_json, write_json_atomic
+from tablefree.fileio import read_json, sha256_file, write_json_atomic
 
 MANIFEST_VERSION = 1
 STATE_FILE = ".prepare-state.json"

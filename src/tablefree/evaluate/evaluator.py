@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from tablefree.data.corpus import sha256_file
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -29,7 +28,7 @@ from tablefree.evaluate.tasks import (
     parse_task_names,
     task_files,
 )
-from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
 from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.precision import choose_precision
 

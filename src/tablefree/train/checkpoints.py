@@ -24,7 +24,6 @@ same files come from (and load into) one process, DDP or FSDP2 at any world size
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pickle
 import random
@@ -44,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from tablefree.fileio import read_json, write_json_atomic
+from tablefree.fileio import read_json, sha256_file, write_json_atomic
 from tablefree.model_files import (
     COMPLETE_MARKER,
     META_FILE,
@@ -168,14 +167,6 @@ def file_digests(directory: Path) -> dict[str, str]:
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != COMPLETE_MARKER
     }
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 24), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def remove_dir(directory: Path) -> None:
