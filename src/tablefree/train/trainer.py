@@ -454,7 +454,8 @@ class Trainer:
                                 + (
                                     "no checkpoint (checkpoint_format: none)."
                                     if self.config.checkpoint_format == "none"
-                                    else "checkpoint saved. Continue with --resume."
+                                    else f"checkpoint saved. Continue with `tablefree train --resume --run-dir "
+                                    f"{self.run_dir}` (in a sweep: re-run the same `tablefree compare` command)."
                                 ),
                                 flush=True,
                             )
