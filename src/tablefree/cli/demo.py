@@ -13,7 +13,7 @@ from tablefree.cli.eval import limit_arg
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="the whole experiment on the embedded default corpus: about 4.5 minutes on 2 idle CPU cores",
+        help="the whole experiment on the embedded default corpus: about 4.5 minutes on 2 idle CPU cores (estimated)",
         description="Gather English documentation text shipped with Python and PyTorch (or use --corpus), train a "
         "tokenizer, prepare shards, train the learned, canonical and affine interfaces on the tiny recipe, "
         "evaluate validation loss and bits per byte (and HellaSwag/PIQA/LAMBADA when their files are present), "
