@@ -205,6 +205,27 @@ def test_load_compare_config_applies_command_line_choices(tmp_path: Path) -> Non
         load_compare_config(path)
 
 
+def test_baselines_limit_the_compared_pairs_and_holms_family() -> None:
+    from tablefree.report.comparison import interface_pairs
+    from tablefree.report.markdown import _pairs_compared
+
+    names = ["learned", "canonical", "affine", "hashed"]
+    assert len(interface_pairs(names)) == 6
+    assert interface_pairs(names, ["learned", "canonical"]) == [
+        ("learned", "canonical"), ("learned", "affine"), ("learned", "hashed"),
+        ("canonical", "affine"), ("canonical", "hashed"),
+    ]  # fmt: skip
+    assert interface_pairs(names, ["hashed"]) == [
+        ("learned", "hashed"),
+        ("canonical", "hashed"),
+        ("affine", "hashed"),
+    ]
+    assert "`learned`, `canonical`" in _pairs_compared({"baselines": ["learned", "canonical"]})
+    assert _pairs_compared({"baselines": []}) == "the pairs of interfaces"
+    with pytest.raises(ValueError, match="baselines: expected some of interfaces"):
+        CompareConfig(interfaces=["canonical", "affine"], baselines=["learned"])
+
+
 def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:
     from tablefree.compare import write_sweep_config
 

@@ -140,6 +140,9 @@ class CompareConfig:
     train: dict[str, Any] = field(default_factory=dict)  # inline recipe / overrides, as in a train YAML
     dataset: DatasetSpec = field(default_factory=DatasetSpec)
     interfaces: list[str] = field(default_factory=lambda: ["learned", "canonical", "affine"])
+    # Interfaces every other one is compared with; empty: every pair. With many interfaces (an ablation),
+    # comparing with the controls only keeps Holm's family to the questions asked.
+    baselines: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     eval: EvalSpec = field(default_factory=EvalSpec)
     grid: GridSpec = field(default_factory=GridSpec)
@@ -153,6 +156,10 @@ class CompareConfig:
         unknown = [i for i in self.interfaces if i not in INTERFACES]
         if unknown or not self.interfaces:
             raise ValueError(f"interfaces: expected some of {sorted(INTERFACES)}, got {self.interfaces}")
+        if not set(self.baselines) <= set(self.interfaces):
+            raise ValueError(
+                f"baselines: expected some of interfaces {self.interfaces}, got {self.baselines}"
+            )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
         if self.launch.nproc_per_node < 0:

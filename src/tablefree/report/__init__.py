@@ -51,6 +51,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
     """The report's content (everything but the figures)."""
     interfaces = comparison.ordered_interfaces(runs)
     points = comparison.ordered_points(runs, config)
+    baselines = [name for name in config.get("baselines") or [] if name in interfaces]
     per_point, comps, gaps = [], [], []
     for point in points:
         here = [run for run in runs if run.point == point]
@@ -64,14 +65,15 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
                 "validation_set": comparison.validation_set(here),
             }
         )
-        comps += comparison.comparisons(here, interfaces, n_boot, point)
-        gaps += comparison.gap_curves(here, interfaces, point)
+        comps += comparison.comparisons(here, interfaces, n_boot, point, baselines)
+        gaps += comparison.gap_curves(here, interfaces, point, baselines)
     primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
     return {
         "name": config.get("name", sweep_dir.name),
         "sweep_dir": str(sweep_dir.resolve()),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "interfaces": interfaces,
+        "baselines": baselines,
         "seeds": sorted({run.seed for run in runs}),
         "points": per_point,
         "primary_point": primary["name"],

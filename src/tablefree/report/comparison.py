@@ -208,13 +208,22 @@ def benchmark_difference(
     return difference, info
 
 
-def comparisons(runs: list[Run], interfaces: list[str], n_boot: int, point: str = "") -> list[dict[str, Any]]:
-    """Every pair of interfaces on every question at one grid point: the paired difference, Holm's correction
-    across the pairs, and the sentence."""
+def interface_pairs(interfaces: list[str], baselines: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The pairs (A, B) that are compared, in report order: every pair, or with ``baselines`` only the pairs
+    that hold one of them."""
+    baselines = set(baselines)
+    return [(a, b) for a, b in combinations(interfaces, 2) if not baselines or {a, b} & baselines]
+
+
+def comparisons(
+    runs: list[Run], interfaces: list[str], n_boot: int, point: str = "", baselines: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """Every compared pair of interfaces (``interface_pairs``) on every question at one grid point: the paired
+    difference, Holm's correction across the pairs, and the sentence."""
     out = []
     for question in questions(runs):
         family = []
-        for a, b in combinations(interfaces, 2):
+        for a, b in interface_pairs(interfaces, baselines):
             pairs = paired_runs(runs, a, b)
             if not pairs:
                 continue
@@ -367,12 +376,14 @@ def estimate_curve(run: Run) -> dict[float, float]:
     return curve
 
 
-def gap_curves(runs: list[Run], interfaces: list[str], point: str = "") -> list[dict[str, Any]]:
-    """Per pair: the paired difference A − B of the in-training validation estimate at each evaluation point,
+def gap_curves(
+    runs: list[Run], interfaces: list[str], point: str = "", baselines: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """Per compared pair: the paired difference A − B of the in-training validation estimate at each evaluation point,
     with its interval over seeds, and the slope of the gap against log tokens over the second half."""
     out = []
     curves = {run.name: estimate_curve(run) for run in runs}
-    for a, b in combinations(interfaces, 2):
+    for a, b in interface_pairs(interfaces, baselines):
         pairs = [(ra, rb) for ra, rb in _trained_pairs(runs, a, b) if curves[ra.name] and curves[rb.name]]
         if not pairs:
             continue

@@ -85,12 +85,20 @@ def _verdict(report: dict[str, Any]) -> str:
         + (f" ({chance} more at chance on a benchmark: no verdict)" if chance else "")
         + ". One test per question and pair of interfaces: the validation loss (perplexity and bits per byte are "
         "transformations of it) and each benchmark's headline metric; paired by seed; Holm's correction across "
-        "the pairs of each question.",
+        f"{_pairs_compared(report)} of each question.",
         "",
     ]
     for c in comps:
         lines.append(f"- {_label(c['point'])}**{c['metric']}**, {c['a']} vs {c['b']}: {c['sentence']}")
     return "\n".join(lines)
+
+
+def _pairs_compared(report: dict[str, Any]) -> str:
+    """Which pairs form Holm's family: all of them, or those with a baseline interface."""
+    baselines = report.get("baselines") or []
+    if not baselines:
+        return "the pairs of interfaces"
+    return "the pairs that hold a baseline interface (" + ", ".join(f"`{b}`" for b in baselines) + ")"
 
 
 def _baseline(report: dict[str, Any]) -> str:
@@ -176,7 +184,8 @@ def _statistics(report: dict[str, Any]) -> str:
         "of the per-seed differences with a 95% interval that combines the seed-to-seed spread (t on S − 1 "
         "degrees of freedom) with the sampling of the evaluation set (a cluster bootstrap over validation "
         f"documents or benchmark examples, the same draws for both interfaces; {st['bootstrap_replicates']} "
-        "replicates, fixed RNG seed). p-values are Holm-adjusted across the pairs of interfaces of each question. "
+        f"replicates, fixed RNG seed). p-values are Holm-adjusted across {_pairs_compared(report)} of each "
+        "question. "
         'A benchmark where neither interface is distinguishable from chance gets no verdict. "Detectable" is '
         "the smallest difference this design resolves with 80% probability. Method details: docs/experiments.md.",
         "",
