@@ -1,5 +1,6 @@
-"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in about 4.5
-minutes on 2 idle CPU cores, 6 with benchmarks (docs/demo.md; Python API: ``tablefree.demo.run_demo``)."""
+"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in 4.4 minutes
+on 2 idle CPU cores (measured; about 1.5 more with benchmarks; docs/demo.md; Python API:
+``tablefree.demo.run_demo``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tablefree.cli.eval import limit_arg
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="the whole experiment on the embedded default corpus: about 4.5 minutes on 2 idle CPU cores (estimated)",
+        help="the whole experiment on the embedded default corpus: 4.4 minutes on 2 idle CPU cores (measured)",
         description="Gather English documentation text shipped with Python and PyTorch (or use --corpus), train a "
         "tokenizer, prepare shards, train the learned, canonical and affine interfaces on the tiny recipe, "
         "evaluate validation loss and bits per byte (and HellaSwag/PIQA/LAMBADA when their files are present), "
