@@ -10,9 +10,8 @@ import torch
 
 from tablefree import hardware, precision
 from tablefree.precision import choose_compile, choose_precision
-from tablefree.train import trainer
 from tablefree.train.trainer import train
-from train_helpers import make_dataset, micro_config, train_losses
+from train_helpers import make_dataset, micro_config, record_run, train_losses
 
 CPU = torch.device("cpu")
 
@@ -227,31 +226,6 @@ def test_bf16_training_on_cpu_tracks_fp32(data_dir, tmp_path) -> None:
         assert b[step] == pytest.approx(a[step], rel=0.02), step
     assert bf16["final_val_loss_estimate"] == pytest.approx(fp32["final_val_loss_estimate"], rel=0.02)
     assert a != b  # bf16 really ran (autocast changes the rounding)
-
-
-def record_run(monkeypatch, config, run_dir):
-    """Train, capturing the freshly initialised weights and every micro-batch's targets."""
-    captured = {"init": None, "targets": []}
-    real_build, real_loss = trainer.build_model, trainer.next_token_loss
-
-    def build_model(*args, **kwargs):
-        model = real_build(*args, **kwargs)
-        captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
-        return model
-
-    def loss(logits, targets, reduction="mean"):
-        if reduction == "mean":  # training; validation asks for per-token losses
-            captured["targets"].append(targets.clone())
-            captured.setdefault("logits_dtype", logits.dtype)
-        return real_loss(logits, targets, reduction)
-
-    monkeypatch.setattr(trainer, "build_model", build_model)
-    monkeypatch.setattr(trainer, "next_token_loss", loss)
-    try:
-        summary = train(config, run_dir)
-    finally:
-        monkeypatch.undo()
-    return captured, summary
 
 
 def assert_matched(monkeypatch, data_dir, tmp_path, **overrides) -> dict:

@@ -17,36 +17,12 @@ from tablefree.model_files import load_model, resolve_checkpoint
 from tablefree.train import checkpoints, trainer
 from tablefree.train.recipe import TrainConfig
 from tablefree.train.trainer import NonFiniteLossError, train
-from train_helpers import make_dataset, micro_config, train_losses
+from train_helpers import make_dataset, micro_config, record_run, train_losses
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("train") / "data")
-
-
-def record_run(monkeypatch, config, run_dir):
-    """Train, capturing the freshly initialised weights and every micro-batch's targets."""
-    captured = {"init": None, "targets": []}
-    real_build, real_loss = trainer.build_model, trainer.next_token_loss
-
-    def build_model(*args, **kwargs):
-        model = real_build(*args, **kwargs)
-        captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
-        return model
-
-    def loss(logits, targets, reduction="mean"):
-        if reduction == "mean":  # training; validation asks for per-token losses
-            captured["targets"].append(targets.clone())
-        return real_loss(logits, targets, reduction)
-
-    monkeypatch.setattr(trainer, "build_model", build_model)
-    monkeypatch.setattr(trainer, "next_token_loss", loss)
-    try:
-        summary = train(config, run_dir)
-    finally:
-        monkeypatch.undo()
-    return captured, summary
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,25 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from tablefree.train import checkpoints
-from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
+from train_helpers import cli_env, make_dataset, micro_config, train_command, train_losses, write_config
 
 pytestmark = pytest.mark.slow
 STEPS = 12
 RANDOM_KILLS = 4
-
-
-def command(config_path, run_dir, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tablefree.cli",
-        "train",
-        "--config",
-        str(config_path),
-        "--run-dir",
-        str(run_dir),
-        *extra,
-    ]
 
 
 def metrics_lines(run_dir) -> int:
@@ -45,7 +30,7 @@ def kill_at_a_random_moment(config_path, run_dir, rng: random.Random) -> int | N
     exit status (None when it was killed)."""
     before = metrics_lines(run_dir)
     process = subprocess.Popen(
-        command(config_path, run_dir, "--resume-if-present"),
+        train_command(config_path, run_dir, "--resume-if-present"),
         env=cli_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -69,13 +54,13 @@ def test_random_kills_including_during_checkpoint_writes_end_in_the_uninterrupte
     config = micro_config(data_dir, budget=f"{STEPS} steps", checkpoint_every=1, keep_last=2, val_every=4)
     config_path = write_config(tmp_path / "config.yaml", config)
     reference = tmp_path / "reference"
-    subprocess.run(command(config_path, reference), env=cli_env(), check=True, capture_output=True)
+    subprocess.run(train_command(config_path, reference), env=cli_env(), check=True, capture_output=True)
 
     run_dir = tmp_path / "run"
     # a kill certainly inside a checkpoint write: model files written, train state and COMPLETE not yet
     env = cli_env()
     env[checkpoints.KILL_DURING_SAVE_ENV] = "3"
-    killed = subprocess.run(command(config_path, run_dir), env=env, capture_output=True, text=True)
+    killed = subprocess.run(train_command(config_path, run_dir), env=env, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (run_dir / "checkpoints" / ".step_00000003.tmp" / "model.safetensors").exists()
     assert checkpoints.latest_checkpoint(run_dir).name == "step_00000002"
@@ -88,7 +73,10 @@ def test_random_kills_including_during_checkpoint_writes_end_in_the_uninterrupte
         kills += 1
         half_written += any((run_dir / "checkpoints").glob(".step_*"))
     finished = subprocess.run(
-        command(config_path, run_dir, "--resume-if-present"), env=cli_env(), capture_output=True, text=True
+        train_command(config_path, run_dir, "--resume-if-present"),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
     )
     assert finished.returncode == 0, finished.stderr
     print(f"kills: {kills}, of which left a checkpoint half written: {half_written}")

@@ -5,30 +5,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from tablefree.train import checkpoints
 from tablefree.train.trainer import KILL_AFTER_STEP_ENV
-from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
+from train_helpers import cli_env, make_dataset, micro_config, train_command, train_losses, write_config
 
 pytestmark = pytest.mark.slow
-
-
-def train_command(config_path, run_dir, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "tablefree.cli",
-        "train",
-        "--config",
-        str(config_path),
-        "--run-dir",
-        str(run_dir),
-        *extra,
-    ]
 
 
 @pytest.fixture(scope="module")

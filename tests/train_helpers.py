@@ -107,6 +107,50 @@ def write_config(path: Path, config) -> Path:
     return path
 
 
+def train_command(config_path: Path, run_dir: Path, *extra: str) -> list[str]:
+    """``tablefree train --config CONFIG --run-dir RUN_DIR EXTRA…`` as a subprocess command line."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "tablefree.cli",
+        "train",
+        "--config",
+        str(config_path),
+        "--run-dir",
+        str(run_dir),
+        *extra,
+    ]
+
+
+def record_run(monkeypatch, config, run_dir: Path) -> tuple[dict, dict]:
+    """Train, capturing the freshly initialised weights, every micro-batch's targets and the logits' dtype."""
+    from tablefree.train import trainer
+
+    captured = {"init": None, "targets": []}
+    real_build, real_loss = trainer.build_model, trainer.next_token_loss
+
+    def build_model(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
+        return model
+
+    def loss(logits, targets, reduction="mean"):
+        if reduction == "mean":  # training; validation asks for per-token losses
+            captured["targets"].append(targets.clone())
+            captured.setdefault("logits_dtype", logits.dtype)
+        return real_loss(logits, targets, reduction)
+
+    monkeypatch.setattr(trainer, "build_model", build_model)
+    monkeypatch.setattr(trainer, "next_token_loss", loss)
+    try:
+        summary = trainer.train(config, run_dir)
+    finally:
+        monkeypatch.undo()
+    return captured, summary
+
+
 def cli_env(threads: int = 1) -> dict[str, str]:
     """Environment for training subprocesses: fixed thread count (bit-exact comparisons need the same one)."""
     import os
