@@ -565,6 +565,42 @@ class Conversion:
     convert: Any  # (state, where) -> our state dict, with "input.weight" for the embedding matrix
 
 
+def _body_sizes(hf_config: dict[str, Any], where: Path) -> tuple[int, int, int, int, int]:
+    """(vocab, width, heads, layers, feed-forward width) from an HF config.json."""
+    return tuple(  # type: ignore[return-value]
+        _size(hf_config, key, where)
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "intermediate_size",
+        )
+    )
+
+
+def _imported_config(
+    hf_config: dict[str, Any], where: Path, *, norm_eps: tuple[str, float], **architecture: Any
+) -> ModelConfig:
+    """Our config of an imported model: its sizes, context, RoPE base, norm epsilon (config.json's field
+    ``norm_eps[0]``, default ``norm_eps[1]``) and init scale, a learned input table, and ``architecture``."""
+    v, d, heads, layers, ff = _body_sizes(hf_config, where)
+    return _model_config(
+        where,
+        vocab_size=v,
+        d_model=d,
+        n_layers=layers,
+        n_heads=heads,
+        d_ff=ff,
+        max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
+        rope_theta=_rope_theta(hf_config, where, 10_000.0),
+        norm_eps=_number(hf_config, norm_eps[0], where, norm_eps[1]),
+        init_std=_number(hf_config, "initializer_range", where, 0.02),
+        interface="learned",
+        **architecture,
+    )
+
+
 def _llama(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(not hf_config.get("attention_bias", False), where, "attention_bias=true")
     _require(not hf_config.get("mlp_bias", False), where, "mlp_bias=true")
@@ -572,30 +608,12 @@ def _llama(hf_config: dict[str, Any], where: Path) -> Conversion:
         hf_config.get("hidden_act", "silu") == "silu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
     _require(hf_config.get("pretraining_tp", 1) in (1, None), where, "pretraining_tp != 1")
-    v, d = _size(hf_config, "vocab_size", where), _size(hf_config, "hidden_size", where)
-    heads, layers = (
-        _size(hf_config, "num_attention_heads", where),
-        _size(hf_config, "num_hidden_layers", where),
-    )
+    v, d, heads, layers, ff = _body_sizes(hf_config, where)
     kv = _size(hf_config, "num_key_value_heads", where, heads)
-    ff = _size(hf_config, "intermediate_size", where)
     head_dim = _size(hf_config, "head_dim", where, d // heads) if hf_config.get("head_dim") else d // heads
     _require(head_dim * heads == d, where, f"head_dim {head_dim} × {heads} heads != hidden_size {d}")
-    config = _model_config(
-        where,
-        vocab_size=v,
-        d_model=d,
-        n_layers=layers,
-        n_heads=heads,
-        n_kv_heads=kv,
-        d_ff=ff,
-        max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
-        rope_theta=_rope_theta(hf_config, where, 10_000.0),
-        mlp="swiglu",
-        norm="rmsnorm",
-        norm_eps=_number(hf_config, "rms_norm_eps", where, 1e-6),
-        init_std=_number(hf_config, "initializer_range", where, 0.02),
-        interface="learned",
+    config = _imported_config(
+        hf_config, where, n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", norm_eps=("rms_norm_eps", 1e-6)
     )
     names = {
         "self_attn.q_proj": ("attn.wq", (heads * head_dim, d)),
@@ -641,28 +659,11 @@ def _neox(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(
         hf_config.get("hidden_act", "gelu") == "gelu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
-    v, d = _size(hf_config, "vocab_size", where), _size(hf_config, "hidden_size", where)
-    heads, layers = (
-        _size(hf_config, "num_attention_heads", where),
-        _size(hf_config, "num_hidden_layers", where),
-    )
-    ff = _size(hf_config, "intermediate_size", where)
+    v, d, heads, layers, ff = _body_sizes(hf_config, where)
     _require(d % heads == 0, where, f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
     hd = d // heads
-    config = _model_config(
-        where,
-        vocab_size=v,
-        d_model=d,
-        n_layers=layers,
-        n_heads=heads,
-        d_ff=ff,
-        max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
-        rope_theta=_rope_theta(hf_config, where, 10_000.0),
-        mlp="gelu",
-        norm="layernorm",
-        norm_eps=_number(hf_config, "layer_norm_eps", where, 1e-5),
-        init_std=_number(hf_config, "initializer_range", where, 0.02),
-        interface="learned",
+    config = _imported_config(
+        hf_config, where, mlp="gelu", norm="layernorm", norm_eps=("layer_norm_eps", 1e-5)
     )
     expected = {"gpt_neox.embed_in.weight": (v, d), "embed_out.weight": (v, d), "lm_head.weight": (v, d)}
     expected |= {"gpt_neox.final_layer_norm.weight": (d,), "gpt_neox.final_layer_norm.bias": (d,)}
