@@ -70,7 +70,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
     primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
     return {
         "name": config.get("name", sweep_dir.name),
-        "sweep_dir": str(sweep_dir.resolve()),
+        "sweep_dir": str(sweep_dir),  # as given: a committed report names no local absolute path
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "interfaces": interfaces,
         "baselines": baselines,
