@@ -226,6 +226,23 @@ def test_baselines_limit_the_compared_pairs_and_holms_family() -> None:
         CompareConfig(interfaces=["canonical", "affine"], baselines=["learned"])
 
 
+@pytest.mark.parametrize(
+    "name", ["study-cpu", "study-cpu-size", "study-cpu-ablation", "compare-tiny", "compare-small"]
+)
+def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tablefree.compare import base_recipe, plan_runs
+
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # the configs name their recipe and dataset relative to a checkout
+    config = load_compare_config(repo / "configs" / f"{name}.yaml")
+    plans = plan_runs(config)
+    assert len(plans) == len(config.interfaces) * len(config.seeds) * max(1, len(config.grid.points()))
+    if name == "study-cpu-ablation":  # docs/analysis.md reuses the main study's runs: the recipes must agree
+        study = load_compare_config(repo / "configs" / "study-cpu.yaml")
+        assert base_recipe(config) == base_recipe(study)
+        assert set(study.interfaces) <= set(config.interfaces) and set(config.seeds) <= set(study.seeds)
+
+
 def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:
     from tablefree.compare import write_sweep_config
 
