@@ -205,25 +205,52 @@ def test_load_compare_config_applies_command_line_choices(tmp_path: Path) -> Non
         load_compare_config(path)
 
 
-def test_baselines_limit_the_compared_pairs_and_holms_family() -> None:
-    from tablefree.report.comparison import interface_pairs
-    from tablefree.report.markdown import _pairs_compared
+def test_baselines_limit_the_compared_pairs_and_holms_family(tmp_path: Path) -> None:
+    from tablefree.report.comparison import comparisons, gap_curves
+    from tablefree.rundir import Run
 
     names = ["learned", "canonical", "affine", "hashed"]
-    assert len(interface_pairs(names)) == 6
-    assert interface_pairs(names, ["learned", "canonical"]) == [
+    runs = []
+    for rank, interface in enumerate(names):
+        for seed in range(3):
+            directory = tmp_path / f"{interface}-s{seed}"
+            directory.mkdir()
+            estimates = [6.0 - 0.1 * step + 0.1 * rank + 0.01 * seed for step in range(1, 5)]
+            (directory / "metrics.jsonl").write_text(
+                "".join(
+                    json.dumps({"step": i, "tokens": 100 * i, "val_loss": v}) + "\n"
+                    for i, v in enumerate(estimates)
+                )
+            )
+            loss = 5.0 + 0.1 * rank + 0.02 * seed + 0.003 * (seed * rank % 3)
+            evaluation = {"tasks": {"validation": {"metrics": {"val_loss": loss}}}}
+            summary = {"completed": True, "tokens_seen": 400}
+            runs.append(
+                Run(interface, seed, directory, status={"state": "done"}, summary=summary, eval=evaluation)
+            )
+
+    every = comparisons(runs, names, n_boot=200)
+    assert len(every) == 6 and {c["family"] for c in every} == {6}
+    controlled = comparisons(runs, names, n_boot=200, baselines=["learned", "canonical"])
+    assert [(c["a"], c["b"]) for c in controlled] == [
         ("learned", "canonical"), ("learned", "affine"), ("learned", "hashed"),
         ("canonical", "affine"), ("canonical", "hashed"),
     ]  # fmt: skip
-    assert interface_pairs(names, ["hashed"]) == [
+    assert {c["family"] for c in controlled} == {5}
+    resolved = [c for c in controlled if c["verdict"] == "resolved"]
+    assert resolved and all("over 5 pairs" in c["sentence"] for c in resolved)
+    curves = gap_curves(runs, names, baselines=["hashed"])
+    assert [(g["a"], g["b"]) for g in curves] == [
         ("learned", "hashed"),
         ("canonical", "hashed"),
         ("affine", "hashed"),
     ]
-    assert "`learned`, `canonical`" in _pairs_compared({"baselines": ["learned", "canonical"]})
-    assert _pairs_compared({"baselines": []}) == "the pairs of interfaces"
-    with pytest.raises(ValueError, match="baselines: expected some of interfaces"):
-        CompareConfig(interfaces=["canonical", "affine"], baselines=["learned"])
+    # a sweep grows by interfaces: a baseline need not be among this invocation's interfaces
+    assert CompareConfig(interfaces=["gaussian"], baselines=["learned"]).baselines == ["learned"]
+    with pytest.raises(ValueError, match="baselines: expected distinct names"):
+        CompareConfig(baselines=["learned", "learned"])
+    with pytest.raises(ValueError, match="baselines: expected distinct names"):
+        CompareConfig(baselines=["tabular"])
 
 
 @pytest.mark.parametrize(

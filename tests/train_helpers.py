@@ -1,9 +1,11 @@
-"""Helpers for the training tests: a small synthetic dataset in the agreed manifest format."""
+"""Helpers for the training tests: a small synthetic dataset in the agreed manifest format, micro recipes, the
+`tablefree train` command line, and a recorded training run."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +111,6 @@ def write_config(path: Path, config) -> Path:
 
 def train_command(config_path: Path, run_dir: Path, *extra: str) -> list[str]:
     """``tablefree train --config CONFIG --run-dir RUN_DIR EXTRA…`` as a subprocess command line."""
-    import sys
-
     return [
         sys.executable,
         "-m",
@@ -125,7 +125,8 @@ def train_command(config_path: Path, run_dir: Path, *extra: str) -> list[str]:
 
 
 def record_run(monkeypatch, config, run_dir: Path) -> tuple[dict, dict]:
-    """Train, capturing the freshly initialised weights, every micro-batch's targets and the logits' dtype."""
+    """Train, capturing the freshly initialised weights, every micro-batch's targets and the logits' dtype.
+    Ends with ``monkeypatch.undo()``, which also undoes the caller's own patches."""
     from tablefree.train import trainer
 
     captured = {"init": None, "targets": []}

@@ -580,10 +580,10 @@ def _body_sizes(hf_config: dict[str, Any], where: Path) -> tuple[int, int, int, 
 
 
 def _imported_config(
-    hf_config: dict[str, Any], where: Path, *, norm_eps: tuple[str, float], **architecture: Any
+    hf_config: dict[str, Any], where: Path, *, eps_field: tuple[str, float], **architecture: Any
 ) -> ModelConfig:
     """Our config of an imported model: its sizes, context, RoPE base, norm epsilon (config.json's field
-    ``norm_eps[0]``, default ``norm_eps[1]``) and init scale, a learned input table, and ``architecture``."""
+    ``eps_field[0]``, default ``eps_field[1]``) and init scale, a learned input table, and ``architecture``."""
     v, d, heads, layers, ff = _body_sizes(hf_config, where)
     return _model_config(
         where,
@@ -594,7 +594,7 @@ def _imported_config(
         d_ff=ff,
         max_seq_len=_size(hf_config, "max_position_embeddings", where, 2048),
         rope_theta=_rope_theta(hf_config, where, 10_000.0),
-        norm_eps=_number(hf_config, norm_eps[0], where, norm_eps[1]),
+        norm_eps=_number(hf_config, eps_field[0], where, eps_field[1]),
         init_std=_number(hf_config, "initializer_range", where, 0.02),
         interface="learned",
         **architecture,
@@ -613,7 +613,7 @@ def _llama(hf_config: dict[str, Any], where: Path) -> Conversion:
     head_dim = _size(hf_config, "head_dim", where, d // heads) if hf_config.get("head_dim") else d // heads
     _require(head_dim * heads == d, where, f"head_dim {head_dim} × {heads} heads != hidden_size {d}")
     config = _imported_config(
-        hf_config, where, n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", norm_eps=("rms_norm_eps", 1e-6)
+        hf_config, where, n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", eps_field=("rms_norm_eps", 1e-6)
     )
     names = {
         "self_attn.q_proj": ("attn.wq", (heads * head_dim, d)),
@@ -663,7 +663,7 @@ def _neox(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(d % heads == 0, where, f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
     hd = d // heads
     config = _imported_config(
-        hf_config, where, mlp="gelu", norm="layernorm", norm_eps=("layer_norm_eps", 1e-5)
+        hf_config, where, mlp="gelu", norm="layernorm", eps_field=("layer_norm_eps", 1e-5)
     )
     expected = {"gpt_neox.embed_in.weight": (v, d), "embed_out.weight": (v, d), "lm_head.weight": (v, d)}
     expected |= {"gpt_neox.final_layer_norm.weight": (d,), "gpt_neox.final_layer_norm.bias": (d,)}

@@ -51,7 +51,8 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
     """The report's content (everything but the figures)."""
     interfaces = comparison.ordered_interfaces(runs)
     points = comparison.ordered_points(runs, config)
-    baselines = [name for name in config.get("baselines") or [] if name in interfaces]
+    # the control interfaces every other one is compared with (compare's `baselines`), those that have runs
+    controls = [name for name in config.get("baselines") or [] if name in interfaces]
     per_point, comps, gaps = [], [], []
     for point in points:
         here = [run for run in runs if run.point == point]
@@ -65,15 +66,15 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
                 "validation_set": comparison.validation_set(here),
             }
         )
-        comps += comparison.comparisons(here, interfaces, n_boot, point, baselines)
-        gaps += comparison.gap_curves(here, interfaces, point, baselines)
+        comps += comparison.comparisons(here, interfaces, n_boot, point, controls)
+        gaps += comparison.gap_curves(here, interfaces, point, controls)
     primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
     return {
         "name": config.get("name", sweep_dir.name),
         "sweep_dir": str(sweep_dir),  # as given: a committed report names no local absolute path
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "interfaces": interfaces,
-        "baselines": baselines,
+        "controls": controls,
         "seeds": sorted({run.seed for run in runs}),
         "points": per_point,
         "primary_point": primary["name"],

@@ -83,9 +83,9 @@ def _verdict(report: dict[str, Any]) -> str:
         "",
         f"{resolved} of {tested} comparisons resolved"
         + (f" ({chance} more at chance on a benchmark: no verdict)" if chance else "")
-        + ". One test per question and pair of interfaces: the validation loss (perplexity and bits per byte are "
+        + f". One test per question and compared pair ({_pairs_compared(report)}): the validation loss (perplexity and bits per byte are "
         "transformations of it) and each benchmark's headline metric; paired by seed; Holm's correction across "
-        f"{_pairs_compared(report)} of each question.",
+        "those pairs, per question.",
         "",
     ]
     for c in comps:
@@ -94,11 +94,11 @@ def _verdict(report: dict[str, Any]) -> str:
 
 
 def _pairs_compared(report: dict[str, Any]) -> str:
-    """Which pairs form Holm's family: all of them, or those with a baseline interface."""
-    baselines = report.get("baselines") or []
-    if not baselines:
+    """Which pairs form Holm's family: all of them, or those with a control interface (compare's baselines)."""
+    controls = report.get("controls") or []
+    if not controls:
         return "the pairs of interfaces"
-    return "the pairs that hold a baseline interface (" + ", ".join(f"`{b}`" for b in baselines) + ")"
+    return "the pairs that include " + " or ".join(f"`{name}`" for name in controls)
 
 
 def _baseline(report: dict[str, Any]) -> str:
@@ -184,8 +184,7 @@ def _statistics(report: dict[str, Any]) -> str:
         "of the per-seed differences with a 95% interval that combines the seed-to-seed spread (t on S − 1 "
         "degrees of freedom) with the sampling of the evaluation set (a cluster bootstrap over validation "
         f"documents or benchmark examples, the same draws for both interfaces; {st['bootstrap_replicates']} "
-        f"replicates, fixed RNG seed). p-values are Holm-adjusted across {_pairs_compared(report)} of each "
-        "question. "
+        f"replicates, fixed RNG seed). p-values are Holm-adjusted, per question, across {_pairs_compared(report)}. "
         'A benchmark where neither interface is distinguishable from chance gets no verdict. "Detectable" is '
         "the smallest difference this design resolves with 80% probability. Method details: docs/experiments.md.",
         "",
