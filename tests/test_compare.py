@@ -254,20 +254,38 @@ def test_baselines_limit_the_compared_pairs_and_holms_family(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "name", ["study-cpu", "study-cpu-size", "study-cpu-ablation", "compare-tiny", "compare-small"]
+    "name",
+    [
+        "study-cpu",
+        "study-cpu-size",
+        "study-cpu-ablation",
+        "study-cpu-projected-lift",
+        "compare-tiny",
+        "compare-small",
+    ],
 )
 def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from tablefree.compare import base_recipe, plan_runs
+    from tablefree.train.recipe import TrainConfig
 
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)  # the configs name their recipe and dataset relative to a checkout
     config = load_compare_config(repo / "configs" / f"{name}.yaml")
     plans = plan_runs(config)
     assert len(plans) == len(config.interfaces) * len(config.seeds) * max(1, len(config.grid.points()))
+    study = load_compare_config(repo / "configs" / "study-cpu.yaml")
     if name == "study-cpu-ablation":  # docs/analysis.md reuses the main study's runs: the recipes must agree
-        study = load_compare_config(repo / "configs" / "study-cpu.yaml")
         assert base_recipe(config) == base_recipe(study)
         assert set(study.interfaces) <= set(config.interfaces) and set(config.seeds) <= set(study.seeds)
+    if name == "study-cpu-projected-lift":  # the study's recipe plus an option that only `projected` reads
+        recipe = base_recipe(config)
+        assert recipe["model"]["interface"].pop("init") == "lift"
+        assert recipe == base_recipe(study)
+        for plan in plans:
+            reused = next((p for p in plan_runs(study) if p.name == plan.name), None)
+            if plan.interface != "projected":  # the copied runs: the same model and training as the study's
+                ours, theirs = (from_dict(TrainConfig, r.recipe) for r in (plan, reused))
+                assert ours == theirs and ours.model.build(4096) == theirs.model.build(4096)
 
 
 def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:

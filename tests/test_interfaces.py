@@ -409,3 +409,32 @@ def test_gaussian_hash_is_lowbias32() -> None:
     values = [0, 1, 2, 12345, 0xFFFFFFFF, 0x80000000, *range(1000, 200_000, 997)]
     hashed = hash32(torch.tensor(values, dtype=torch.int64)).tolist()
     assert hashed == [reference(v) for v in values]
+
+
+@pytest.mark.parametrize("code", ["canonical", "affine"])
+def test_projected_with_lift_init_starts_as_the_fixed_model(code: str) -> None:
+    """``init: lift`` makes the projected model at step 0 the fixed-code model of the same seed, so a trained
+    difference between the two is the trained map alone; the default init does not (its input starts small)."""
+    from tablefree.model import TablefreeLM
+    from tablefree.model_config import preset
+
+    shape = dict(vocab_size=700, d_model=40, n_layers=1, n_heads=2, d_ff=64)
+    ids = torch.randint(0, 700, (2, 16), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for label, interface in {
+        "fixed": {"name": code, "affine_seed": 5},
+        "lift": {"name": "projected", "code": code, "affine_seed": 5, "init": "lift"},
+        "normal": {"name": "projected", "code": code, "affine_seed": 5},
+    }.items():
+        model = TablefreeLM(preset("tiny", interface=interface, **shape))
+        model.init_weights(seed=3)
+        logits[label] = model(ids)
+        if label == "lift":
+            weight = model.input.projection.weight
+            assert weight.requires_grad and weight.sum().item() == 40  # one 1 per input dimension
+            logits[label].sum().backward()
+            assert weight.grad.abs().sum() > 0  # the map trains
+    assert torch.equal(logits["lift"].detach(), logits["fixed"].detach())
+    assert not torch.allclose(logits["normal"], logits["fixed"], atol=1e-3)
+    with pytest.raises(ValueError, match=r"model\.interface\.init: expected one of"):
+        opts(name="projected", init="identity")

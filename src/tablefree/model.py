@@ -222,6 +222,8 @@ class TablefreeLM(nn.Module):
         """Initialise the full tensor of parameter ``name`` in place, as ``init_weights`` does: a sharded
         (meta-device) build initialises each full tensor with this and keeps its shard, so it gets the same
         weights as an unsharded build."""
+        if name.startswith("input.") and self.input.init_parameter(name.removeprefix("input."), tensor):
+            return
         if name.endswith("norm.weight"):
             tensor.fill_(1.0)
         elif tensor.dim() == 2 and tensor.is_floating_point():

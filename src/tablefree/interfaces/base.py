@@ -47,8 +47,8 @@ class InputInterface(nn.Module):
 
     Subclasses set ``Options`` (their options dataclass) and implement ``forward`` and ``describe``; the
     registry sets ``name``. Trainable state is ``nn.Parameter`` (initialised by the model's ``init_weights``:
-    N(0, init_std) per 2-D parameter, seeded by its name); fixed state is buffers, filled by
-    ``reset_fixed_state`` and never touched by ``init_weights``.
+    N(0, init_std) per 2-D parameter, seeded by its name, unless ``init_parameter`` initialises it); fixed
+    state is buffers, filled by ``reset_fixed_state`` and never touched by ``init_weights``.
     """
 
     name: ClassVar[str] = ""
@@ -82,6 +82,12 @@ class InputInterface(nn.Module):
 
     def reset_fixed_state(self) -> None:
         """(Re)compute the fixed buffers from the options, e.g. after ``to_empty`` on a meta-built model."""
+
+    def init_parameter(self, name: str, tensor: torch.Tensor) -> bool:
+        """Initialise the full tensor of parameter ``name`` (relative to this module) in place and return True,
+        or return False to leave it to the model's default. Deterministic: a sharded build calls it per full
+        tensor."""
+        return False
 
     def reset_buffers(self) -> None:
         """``reset_fixed_state`` under the hook name ``train.parallelize.materialize`` calls."""

@@ -1,9 +1,14 @@
 """``projected``: the canonical (or affine) K-bit code followed by a trainable K×d linear map (K·d parameters,
 32,768 for ``paper-1.7b``). *Does the missing input projection cost anything?*
 
-Row t is W·c(t): c(t) is the code as K values ({0, 1} or {−1, +1}), W a d×K matrix, initialised N(0, init_std)
-like every matrix of the model and trained (like the learned table, without weight decay unless
-``optim.decay_embeddings``). The code part is the ``canonical`` or ``affine`` interface itself, at width K.
+Row t is W·c(t): c(t) is the code as K values ({0, 1} or {−1, +1}), W a d×K matrix, trained (like the learned
+table, without weight decay unless ``optim.decay_embeddings``). The code part is the ``canonical`` or ``affine``
+interface itself, at width K. ``init`` chooses W's start:
+
+* ``normal`` (default): N(0, init_std) like every matrix of the model, so the input starts small, as a learned
+  table's does;
+* ``lift``: the fixed interface's own tile lift (W[j, b] = 1 when b = j mod K), so the model starts exactly as
+  the ``canonical`` (or ``affine``) model of the same seed, and only training the map can make a difference.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from tablefree.interfaces.base import (
     parse_interface_options,
     register_interface,
 )
-from tablefree.interfaces.fixed_code import BIT_ORDERS, VALUE_SETS, FixedCode
+from tablefree.interfaces.fixed_code import BIT_ORDERS, VALUE_SETS, FixedCode, lift_index
 from tablefree.model_config import InterfaceConfig
 
 CODES = ("canonical", "affine")
+INITS = ("normal", "lift")
 
 
 @dataclass
@@ -35,11 +41,15 @@ class ProjectedOptions(InterfaceConfig):
     values: str = "01"
     bit_order: str = "lsb"
     affine_seed: int | None = None  # code=affine: seed of (A, b); None (default): the training seed
+    init: str = (
+        "normal"  # normal: N(0, init_std); lift: start as the fixed code's tile lift (= the fixed model)
+    )
 
     SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("affine_seed",)
 
     def __post_init__(self) -> None:
         choice("code", self.code, CODES)
+        choice("init", self.init, INITS)
         choice("values", self.values, VALUE_SETS)
         choice("bit_order", self.bit_order, BIT_ORDERS)
 
@@ -65,6 +75,14 @@ class ProjectedCode(InputInterface):
     def reset_fixed_state(self) -> None:
         self.code.reset_fixed_state()
 
+    def init_parameter(self, name: str, tensor: torch.Tensor) -> bool:
+        if name != "projection.weight" or self.options.init != "lift":
+            return False
+        k = self.code.num_bits
+        lift = lift_index(k, self.d_model, "tile").to(tensor.device)
+        tensor.zero_()[torch.arange(self.d_model, device=tensor.device), lift] = 1.0
+        return True
+
     def code_bits(self, ids: torch.Tensor) -> torch.Tensor:
         return self.code.code_bits(ids)
 
@@ -77,5 +95,6 @@ class ProjectedCode(InputInterface):
         return (
             f"Row t is W·c(t): c(t) is {self.code.describe_code()}, as K = {k} values "
             f"({'{0, 1}' if self.options.values == '01' else '{-1, +1}'}), and W is a trained {self.d_model}×{k} "
-            f"matrix ({k * self.d_model:,} parameters, recorded in the interface state file)."
+            f"matrix ({k * self.d_model:,} parameters, recorded in the interface state file; initialised "
+            f"{'as the tile lift of the code' if self.options.init == 'lift' else 'N(0, init_std)'})."
         )
