@@ -83,9 +83,9 @@ def _verdict(report: dict[str, Any]) -> str:
         "",
         f"{resolved} of {tested} comparisons resolved"
         + (f" ({chance} more at chance on a benchmark: no verdict)" if chance else "")
-        + f". One test per question and compared pair ({_pairs_compared(report)}): the validation loss (perplexity and bits per byte are "
-        "transformations of it) and each benchmark's headline metric; paired by seed; Holm's correction across "
-        "those pairs, per question.",
+        + f". One test per question and compared pair ({_pairs_compared(report)}): the validation loss "
+        "(perplexity and bits per byte are transformations of it) and each benchmark's headline metric; paired by "
+        "seed; Holm's correction across those pairs, per question.",
         "",
     ]
     for c in comps:
@@ -97,7 +97,7 @@ def _pairs_compared(report: dict[str, Any]) -> str:
     """Which pairs form Holm's family: all of them, or those with a control interface (compare's baselines)."""
     controls = report.get("controls") or []
     if not controls:
-        return "the pairs of interfaces"
+        return "every pair of interfaces"
     return "the pairs that include " + " or ".join(f"`{name}`" for name in controls)
 
 
