@@ -26,7 +26,7 @@ CASES = {
     "affine-gqa": dict(interface="affine", n_kv_heads=2),
     "gelu-layernorm": dict(interface="canonical", mlp="gelu", norm="layernorm", norm_eps=1e-6),
     "gaussian": dict(interface=dict(name="gaussian", seed=3, sigma=0.5)),
-    "projected": dict(interface=dict(name="projected", code="affine", values="pm1")),
+    "projected": dict(interface=dict(name="projected", code="affine", values="pm1", init="lift")),
     "wide-random": dict(interface=dict(name="wide-random", width=40, lift="interleave")),
     "hashed": dict(interface=dict(name="hashed", bits=6, values="pm1")),
 }

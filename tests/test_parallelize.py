@@ -38,7 +38,7 @@ def sharded_build(tmp_path: Path, processes: int, interface: str, seed: int) -> 
     return torch.load(out, weights_only=True)
 
 
-def assert_same_as_unsharded(built: dict, interface: str, seed: int) -> None:
+def assert_same_as_unsharded(built: dict, interface: str | dict, seed: int) -> None:
     reference = build_model(preset("tiny", interface=interface, **CONFIG), seed=seed)
     expected = reference.state_dict()
     assert sorted(built["weights"]) == sorted(expected)
@@ -62,7 +62,7 @@ def process_group(monkeypatch):
     destroy_distributed()
 
 
-def in_process_build(info, interface: str, seed: int) -> dict:
+def in_process_build(info, interface: str | dict, seed: int) -> dict:
     model = build_model(preset("tiny", interface=interface, **CONFIG), seed=seed, device="meta")
     model = parallelize(model, info, parallel="fsdp", activation_checkpointing=True, seed=seed)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -73,6 +73,15 @@ def in_process_build(info, interface: str, seed: int) -> dict:
 @pytest.mark.parametrize("interface", sorted(INTERFACES))
 def test_meta_build_on_one_process_equals_the_unsharded_build(process_group, interface) -> None:
     assert_same_as_unsharded(in_process_build(process_group, interface, seed=3), interface, seed=3)
+
+
+def test_meta_build_starts_an_interface_parameter_with_its_own_init(process_group) -> None:
+    """``projected``'s ``init: lift`` (``InputInterface.init_parameter``) also holds for the sharded build."""
+    interface = {"name": "projected", "init": "lift"}
+    built = in_process_build(process_group, interface, seed=3)
+    assert_same_as_unsharded(built, interface, seed=3)
+    weight = built["weights"]["input.projection.weight"]
+    assert weight.sum().item() == weight.shape[0] and set(weight.unique().tolist()) == {0.0, 1.0}
 
 
 def test_a_different_seed_gives_different_weights(process_group) -> None:

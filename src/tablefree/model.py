@@ -7,8 +7,10 @@ convention, SwiGLU (or GELU) MLP, optional grouped-query attention, no biases, c
 (``tablefree.interfaces.base.InputInterface``).
 
 Initialisation follows Hugging Face's Llama / SmolLM2 recipe: every Linear and embedding weight is drawn from
-N(0, init_std=0.02), norm gains are 1. Each tensor is drawn from its own generator seeded by (seed, parameter
-name), so the backbone of a ``learned`` model and of a fixed-code model get identical weights for one seed.
+N(0, init_std=0.02), norm gains are 1, unless the input interface initialises its own parameter
+(``InputInterface.init_parameter``, e.g. ``projected``'s ``init: lift``). Each tensor is drawn from its own
+generator seeded by (seed, parameter name), so the backbone of a ``learned`` model and of a fixed-code model get
+identical weights for one seed.
 """
 
 from __future__ import annotations
