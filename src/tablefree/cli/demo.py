@@ -1,5 +1,5 @@
 """``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in 4.4 minutes
-on 2 idle CPU cores (measured; about 1.5 more with benchmarks; docs/demo.md; Python API:
+on 2 idle CPU cores (measured; 1.4 more with benchmarks; docs/demo.md; Python API:
 ``tablefree.demo.run_demo``)."""
 
 from __future__ import annotations
