@@ -41,9 +41,7 @@ class ProjectedOptions(InterfaceConfig):
     values: str = "01"
     bit_order: str = "lsb"
     affine_seed: int | None = None  # code=affine: seed of (A, b); None (default): the training seed
-    init: str = (
-        "normal"  # normal: N(0, init_std); lift: start as the fixed code's tile lift (= the fixed model)
-    )
+    init: str = "normal"  # normal: N(0, init_std); lift: start as the code's tile lift (the fixed model)
 
     SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("affine_seed",)
 
