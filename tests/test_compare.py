@@ -281,11 +281,12 @@ def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.M
         recipe = base_recipe(config)
         assert recipe["model"]["interface"].pop("init") == "lift"
         assert recipe == base_recipe(study)
-        for plan in plans:
-            reused = next((p for p in plan_runs(study) if p.name == plan.name), None)
-            if plan.interface != "projected":  # the copied runs: the same model and training as the study's
-                ours, theirs = (from_dict(TrainConfig, r.recipe) for r in (plan, reused))
-                assert ours == theirs and ours.model.build(4096) == theirs.model.build(4096)
+        study_plans = {p.name: p for p in plan_runs(study)}
+        for plan in (
+            p for p in plans if p.interface != "projected"
+        ):  # copied: the study's model and training
+            ours, theirs = (from_dict(TrainConfig, r.recipe) for r in (plan, study_plans[plan.name]))
+            assert ours == theirs and ours.model.build(4096) == theirs.model.build(4096)
 
 
 def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:

@@ -580,11 +580,17 @@ def _body_sizes(hf_config: dict[str, Any], where: Path) -> tuple[int, int, int, 
 
 
 def _imported_config(
-    hf_config: dict[str, Any], where: Path, *, eps_field: tuple[str, float], **architecture: Any
+    hf_config: dict[str, Any],
+    where: Path,
+    sizes: tuple[int, int, int, int, int],
+    *,
+    eps_field: tuple[str, float],
+    **architecture: Any,
 ) -> ModelConfig:
-    """Our config of an imported model: its sizes, context, RoPE base, norm epsilon (config.json's field
-    ``eps_field[0]``, default ``eps_field[1]``) and init scale, a learned input table, and ``architecture``."""
-    v, d, heads, layers, ff = _body_sizes(hf_config, where)
+    """Our config of an imported model: its ``_body_sizes``, context, RoPE base, norm epsilon (config.json's
+    field ``eps_field[0]``, default ``eps_field[1]``) and init scale, a learned input table, and
+    ``architecture``."""
+    v, d, heads, layers, ff = sizes
     return _model_config(
         where,
         vocab_size=v,
@@ -608,12 +614,12 @@ def _llama(hf_config: dict[str, Any], where: Path) -> Conversion:
         hf_config.get("hidden_act", "silu") == "silu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
     _require(hf_config.get("pretraining_tp", 1) in (1, None), where, "pretraining_tp != 1")
-    v, d, heads, layers, ff = _body_sizes(hf_config, where)
+    sizes = v, d, heads, layers, ff = _body_sizes(hf_config, where)
     kv = _size(hf_config, "num_key_value_heads", where, heads)
     head_dim = _size(hf_config, "head_dim", where, d // heads) if hf_config.get("head_dim") else d // heads
     _require(head_dim * heads == d, where, f"head_dim {head_dim} × {heads} heads != hidden_size {d}")
     config = _imported_config(
-        hf_config, where, n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", eps_field=("rms_norm_eps", 1e-6)
+        hf_config, where, sizes, n_kv_heads=kv, mlp="swiglu", norm="rmsnorm", eps_field=("rms_norm_eps", 1e-6)
     )
     names = {
         "self_attn.q_proj": ("attn.wq", (heads * head_dim, d)),
@@ -659,11 +665,11 @@ def _neox(hf_config: dict[str, Any], where: Path) -> Conversion:
     _require(
         hf_config.get("hidden_act", "gelu") == "gelu", where, f"hidden_act={hf_config.get('hidden_act')!r}"
     )
-    v, d, heads, layers, ff = _body_sizes(hf_config, where)
+    sizes = v, d, heads, layers, ff = _body_sizes(hf_config, where)
     _require(d % heads == 0, where, f"hidden_size {d} is not a multiple of num_attention_heads {heads}")
     hd = d // heads
     config = _imported_config(
-        hf_config, where, mlp="gelu", norm="layernorm", eps_field=("layer_norm_eps", 1e-5)
+        hf_config, where, sizes, mlp="gelu", norm="layernorm", eps_field=("layer_norm_eps", 1e-5)
     )
     expected = {"gpt_neox.embed_in.weight": (v, d), "embed_out.weight": (v, d), "lm_head.weight": (v, d)}
     expected |= {"gpt_neox.final_layer_norm.weight": (d,), "gpt_neox.final_layer_norm.bias": (d,)}

@@ -240,13 +240,7 @@ def verify_digests(directory: str | Path, only: tuple[str, ...] | None = None) -
     written before digests were recorded have none, and pass)."""
     directory = Path(directory)
     marker = directory / COMPLETE_MARKER
-    try:
-        recorded = read_json(marker)
-    except (ValueError, OSError, RecursionError) as error:
-        raise CheckpointError(f"{marker}: unreadable ({first_line(error)})") from None
-    if not isinstance(recorded, dict):
-        raise CheckpointError(f"{marker}: expected a JSON object")
-    digests = recorded.get("sha256")
+    digests = _read_json_object(marker).get("sha256")
     if digests is None:
         return
     if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
@@ -268,14 +262,18 @@ def verify_digests(directory: str | Path, only: tuple[str, ...] | None = None) -
 
 
 def read_meta(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / META_FILE
+    return _read_json_object(Path(directory) / META_FILE)
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file that must hold an object; anything else is a CheckpointError naming it."""
     try:
-        meta = read_json(path)
+        data = read_json(path)
     except (ValueError, OSError, RecursionError) as error:
         raise CheckpointError(f"{path}: unreadable ({first_line(error)})") from None
-    if not isinstance(meta, dict):
+    if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
-    return meta
+    return data
 
 
 def non_finite_parameters(model: torch.nn.Module) -> list[str]:
