@@ -46,14 +46,14 @@ def tiny_model(interface: str = "canonical", vocab_size: int = VOCAB, seed: int 
 class CopyBlock(torch.nn.Module):
     """A block that passes the residual state through unchanged."""
 
-    def forward(self, x, cos, sin, mask, cache):
+    def forward(self, x, cos, sin, mask, cache, outputs=None):
         return x
 
 
 class ZeroBlock(torch.nn.Module):
     """A block that erases the residual state."""
 
-    def forward(self, x, cos, sin, mask, cache):
+    def forward(self, x, cos, sin, mask, cache, outputs=None):
         return torch.zeros_like(x)
 
 

@@ -33,6 +33,7 @@ from tablefree.evaluate import (
     loglikelihoods,
     run_eval,
 )
+from tablefree.evaluate.engine import _batches, _is_argmax, _Row
 from tablefree.evaluate.metrics import (
     aggregate,
     bootstrap_stderr,
@@ -162,6 +163,33 @@ def test_results_do_not_depend_on_batch_size_or_order(model):
         for position, i in enumerate(order):
             assert shuffled[position][0] == pytest.approx(reference[i][0], abs=1e-5)
             assert shuffled[position][1] == reference[i][1]
+
+
+def test_greedy_check_takes_the_first_maximum_as_argmax_does():
+    logprobs = torch.tensor([[-1.0, -0.5, -0.5], [-1.0, -0.5, -0.5], [-0.2, -3.0, -0.9], [-2.0, -2.0, -0.1]])
+    targets = torch.tensor(
+        [1, 2, 0, 0]
+    )  # first of a tie, second of a tie, the clear maximum, not the maximum
+    chosen = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
+    got = _is_argmax(logprobs, targets, chosen)
+    assert got.tolist() == (logprobs.argmax(dim=-1) == targets).tolist() == [True, False, True, False]
+
+
+def test_batches_cap_rows_and_padding_and_keep_every_row_in_order():
+    lengths = [100, 60, 58, 57, 57, 56, 55, 20, 19, 19, 18, 18, 18]
+    rows = [_Row.start(tuple(range(n))) for n in lengths]
+    batches = _batches(rows, batch_size=4)
+    assert [row for batch in batches for row in batch] == rows
+    assert [[len(row.tokens) for row in batch] for batch in batches] == [
+        [100],  # with the next row, 20% of the batch would be padding
+        [60, 58, 57, 57],  # batch_size rows
+        [56, 55],  # a 20-token row would make it 22% padding
+        [20, 19, 19, 18],
+        [18, 18],
+    ]
+    for batch in batches:
+        padded = len(batch) * len(batch[0].tokens)
+        assert padded - sum(len(row.tokens) for row in batch) <= 0.1 * padded
 
 
 def test_left_truncation_keeps_the_last_max_len_plus_one_tokens(model):
@@ -424,6 +452,20 @@ def test_bad_records_name_file_and_line(tmp_path, second_line, message):
     _write(tmp_path / "hellaswag_val.jsonl", json.dumps(HELLASWAG_OK) + "\n" + second_line + "\n")
     with pytest.raises(ValueError, match=message):
         load_docs(TASKS["hellaswag"], tmp_path)
+
+
+def test_a_limit_reads_only_the_records_it_scores_but_counts_every_line(tmp_path):
+    good = json.dumps(HELLASWAG_OK)
+    _write(tmp_path / "hellaswag_val.jsonl", f"{good}\n{good}\n{{not json\n")
+    assert len(load_docs(TASKS["hellaswag"], tmp_path, limit=2)) == 2  # the bad third line is never scored
+    with pytest.raises(ValueError, match=r"hellaswag_val\.jsonl:3: malformed JSON"):
+        load_docs(TASKS["hellaswag"], tmp_path, limit=3)
+    _write(tmp_path / "piqa/valid.jsonl", '{"goal": "g", "sol1": "a", "sol2": "b"}\n' * 3)
+    _write(tmp_path / "piqa/valid-labels.lst", "0\n1\n")
+    with pytest.raises(ValueError, match=r"2 labels for 3 records"):  # misaligned files fail at any limit
+        load_docs(TASKS["piqa"], tmp_path, limit=1)
+    _write(tmp_path / "piqa/valid-labels.lst", "0\n1\n1\n")
+    assert [doc.fields["label"] for doc in load_docs(TASKS["piqa"], tmp_path, limit=2)] == [0, 1]
 
 
 def test_bad_labels_in_other_formats_name_file_and_line(tmp_path):

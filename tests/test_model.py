@@ -118,6 +118,34 @@ def test_explicit_mask_and_positions_match_causal() -> None:
         assert torch.allclose(model(ids), model(ids, positions=torch.arange(8), mask=causal), atol=1e-6)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}])
+def test_outputs_at_chosen_positions_equal_the_full_forward_there(overrides: dict) -> None:
+    """``hidden(outputs=...)`` skips the last block's work elsewhere; what it returns must not change: with the
+    causal default, with an explicit (tree-shaped) mask and per-row positions, and after a cached prefix."""
+    model = build_model(tiny_config(interface={"name": "affine"}, **overrides), seed=3).eval()
+    ids = torch.randint(0, 300, (2, 9))
+    outputs = torch.tensor([[8, 0, 3], [5, 5, 1]])
+    rows = torch.arange(2).unsqueeze(1)
+    segments = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [0, 0, 1, 1, 2, 2, 2, -1, -1]])
+    tree = torch.ones(9, 9, dtype=torch.bool).tril() & (
+        (segments.unsqueeze(1) == 0) | (segments.unsqueeze(1) == segments.unsqueeze(2))
+    )
+    positions = torch.tensor([[0, 1, 2, 3, 4, 3, 4, 5, 6], [0, 1, 2, 3, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        full = model.hidden(ids)
+        assert torch.allclose(model.hidden(ids, outputs=outputs), full[rows, outputs], atol=1e-5)
+        full_tree = model.hidden(ids, positions=positions, mask=tree.unsqueeze(1))
+        some_tree = model.hidden(ids, positions=positions, mask=tree.unsqueeze(1), outputs=outputs)
+        assert torch.allclose(some_tree, full_tree[rows, outputs], atol=1e-5)
+        assert not torch.allclose(
+            full_tree[rows, outputs], full[rows, outputs], atol=1e-3
+        )  # the mask mattered
+        cache = KVCache()
+        model.hidden(ids[:, :4], cache=cache)
+        after_prefix = model.hidden(ids[:, 4:], cache=cache, outputs=torch.tensor([[4, 0], [2, 2]]))
+    assert torch.allclose(after_prefix, full[rows, torch.tensor([[8, 4], [6, 6]])], atol=1e-5)
+
+
 def test_loss_backward_skips_fixed_interface() -> None:
     model = build_model(tiny_config(interface={"name": "canonical"}), seed=0)
     ids = torch.randint(0, 300, (2, 8))

@@ -104,14 +104,20 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         cache: KVCache | None,
+        queries: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``queries`` (B, Q): compute the output only at these positions of x (keys and values still come
+        from every position); the result is then (B, Q, d)."""
         B, T, _ = x.shape
-        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k = apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(self.index, k, v)
+        if queries is not None:
+            x, cos, sin, mask = _query_rows(x, cos, sin, mask, queries, k.shape[2] - T)
+        Q = x.shape[1]
+        q = apply_rope(self.wq(x).view(B, Q, self.n_heads, self.head_dim).transpose(1, 2), cos, sin)
         if self.n_kv_heads != self.n_heads:  # GQA: kv head i serves query heads i*r .. i*r+r-1 (HF repeat_kv)
             repeats = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
@@ -119,7 +125,36 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.wo(y.transpose(1, 2).reshape(B, T, -1))
+        return self.wo(y.transpose(1, 2).reshape(B, Q, -1))
+
+
+def _query_rows(
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    mask: torch.Tensor | None,
+    queries: torch.Tensor,
+    start: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x, cos, sin and the attention mask at the query positions (B, Q) only; a causal default (mask None)
+    becomes an explicit mask over the ``start`` cached keys and the T new ones."""
+    B, T = x.shape[:2]
+    x = gather_rows(x, queries)
+    if cos.dim() == 2:
+        cos, sin = cos[queries], sin[queries]
+    else:
+        cos, sin = gather_rows(cos, queries), gather_rows(sin, queries)
+    if mask is None:
+        keys = torch.arange(start + T, device=x.device)
+        return x, cos, sin, (keys <= (queries + start).unsqueeze(-1)).unsqueeze(1)
+    mask = mask.expand(B, 1, T, start + T)
+    index = queries.view(B, 1, -1, 1).expand(B, 1, queries.shape[1], start + T)
+    return x, cos, sin, mask.gather(2, index)
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[b, index[b, q]] for x (B, T, ...) and index (B, Q): the result is (B, Q, ...)."""
+    return x[torch.arange(x.shape[0], device=x.device).unsqueeze(1), index]
 
 
 class MLP(nn.Module):
@@ -151,8 +186,11 @@ class Block(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         cache: KVCache | None,
+        outputs: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask, cache)
+        """``outputs`` (B, Q): the block's output at these positions only, (B, Q, d)."""
+        update = self.attn(self.attn_norm(x), cos, sin, mask, cache, outputs)
+        x = (x if outputs is None else gather_rows(x, outputs)) + update
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -186,9 +224,13 @@ class TablefreeLM(nn.Module):
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        outputs: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The final-norm hidden states (B, T, d) that ``head`` turns into logits; arguments as ``forward``.
-        Scoring uses it to apply the head only at the positions it reads."""
+
+        ``outputs`` (B, Q) asks for the states at these positions only (B, Q, d): the last block then computes
+        its queries, attention output and MLP only there (its keys and values still cover every position),
+        and scoring applies the head only where it reads log-probs."""
         T = ids.shape[1]
         start = cache.length if cache is not None else 0
         if positions is None:
@@ -200,8 +242,8 @@ class TablefreeLM(nn.Module):
         x = self.input(ids)
         if x.dtype != self.head.weight.dtype:  # fixed codes come out in the default dtype
             x = x.to(self.head.weight.dtype)
-        for block in self.layers:
-            x = block(x, cos, sin, mask, cache)
+        for index, block in enumerate(self.layers):
+            x = block(x, cos, sin, mask, cache, outputs if index == len(self.layers) - 1 else None)
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

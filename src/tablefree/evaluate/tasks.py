@@ -77,7 +77,8 @@ class Task:
     headline: str = "acc"
     target_delimiter: str = " "
     multiple_input: bool = False  # doc_to_choice gives contexts, doc_to_text the gold index (WinoGrande)
-    reader: Callable[[list[Path]], list[tuple[str, dict]]] | None = None  # default: JSON lines of data[0]
+    # (paths, limit) -> the first ``limit`` (all if None) (file:line, record) pairs; default: JSON lines of data[0]
+    reader: Callable[[list[Path], int | None], list[tuple[str, dict]]] | None = None
     lm_eval_doc: Callable[[dict], dict] | None = None  # our record -> the record lm-eval's YAML expects
     aliases: tuple[str, ...] = ()  # other names accepted for this task (lm_eval_task is always one)
 
@@ -159,21 +160,25 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def read_jsonl(path: Path) -> list[tuple[str, dict]]:
-    """(``file:line``, record) for each non-blank line; a bad line is an error naming file and line."""
-    return [
-        (f"{path}:{number}", parse_json_line(line, f"{path}:{number}")) for number, line in read_lines(path)
-    ]
+def read_jsonl(path: Path, limit: int | None = None) -> list[tuple[str, dict]]:
+    """(``file:line``, record) for each non-blank line, or the first ``limit`` of them (only those are parsed:
+    a run of 300 documents does not pay for a 10,000-line file); a bad line is an error naming file and line."""
+    return _parse_lines(path, read_lines(path)[:limit])
 
 
-def read_piqa(paths: list[Path]) -> list[tuple[str, dict]]:
+def _parse_lines(path: Path, lines: list[tuple[int, str]]) -> list[tuple[str, dict]]:
+    return [(f"{path}:{number}", parse_json_line(line, f"{path}:{number}")) for number, line in lines]
+
+
+def read_piqa(paths: list[Path], limit: int | None = None) -> list[tuple[str, dict]]:
     """PIQA's official layout: ``valid.jsonl`` and ``valid-labels.lst`` (one 0/1 label a line, aligned)."""
-    records = read_jsonl(paths[0])
+    lines = read_lines(paths[0])
     labels = read_lines(paths[1])
-    if len(labels) != len(records):
-        raise ValueError(f"{paths[1]}: {len(labels)} labels for {len(records)} records in {paths[0]}")
+    if len(labels) != len(lines):
+        raise ValueError(f"{paths[1]}: {len(labels)} labels for {len(lines)} records in {paths[0]}")
+    records = _parse_lines(paths[0], lines[:limit])
     out = []
-    for (number, label), (where, record) in zip(labels, records, strict=True):
+    for (number, label), (where, record) in zip(labels[:limit], records, strict=True):
         if label.strip() not in ("0", "1"):
             raise ValueError(f"{paths[1]}:{number}: label must be 0 or 1, got {label[:40]!r}")
         out.append((where, {**record, "label": int(label)}))
@@ -647,11 +652,11 @@ def task_files(task: Task, data_dir: str | Path | None = None) -> list[Path]:
 def load_docs(task: Task, data_dir: str | Path | None = None, limit: int | None = None) -> list[Doc]:
     """The task's documents, validated: a bad record is an error naming its file and line."""
     paths = task_files(task, data_dir)
-    records = (task.reader or (lambda p: read_jsonl(p[0])))(paths)
+    records = (task.reader or (lambda p, n: read_jsonl(p[0], n)))(paths, limit)
     if not records:
         raise ValueError(f"{paths[0]}: no records")
     docs = []
-    for index, (where, record) in enumerate(records[:limit] if limit is not None else records):
+    for index, (where, record) in enumerate(records):
         _check_type(where, record, task.schema)
         if task.check is not None:
             try:
