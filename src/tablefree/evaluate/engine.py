@@ -11,8 +11,9 @@ into ONE row: the context once, then each continuation's tokens, with a tree att
 the context and its own earlier tokens, never another continuation) and per-token positions (every continuation
 starts at position ``len(context)``). So a HellaSwag example costs one row of ``context + 4 endings`` tokens
 instead of four rows of ``context + ending``. Rows are sorted by length (longest first, as lm-eval does) and
-batched with right padding. The output head is applied only at the positions whose log-probs are read
-(``model.hidden`` then ``model.head`` on the gathered rows), which skips the logits of context positions. The
+batched with right padding, a batch ending early where padding would pass 10% of it. Only the positions whose
+log-probs are read get the last block's queries, attention output and MLP and the output head
+(``model.hidden(..., outputs=...)`` then ``model.head``): on LAMBADA that is 1-3 positions of about 100. The
 arithmetic is that of a plain forward pass over each full string, so results do not depend on batch size or order
 beyond float rounding (tests check both against an independent forward pass).
 
