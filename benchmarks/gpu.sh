@@ -18,7 +18,7 @@ mkdir -p "$OUT"
 
 if (( DRY_RUN )); then
     DEVICE=cpu
-    TRAIN_ARGS=(--device cpu --preset tiny --micro-batch 2 --seq-len 128 --steps 3 --warmup 1 --ceiling-size 512)
+    TRAIN_ARGS=(--device cpu --preset tiny --micro-batch 2 --seq-len 128 --steps 3 --warmup 1 --log-every 1 --ceiling-size 512)
     EVAL_ARGS=(--device cpu --preset tiny --dtype bfloat16 --batch-size 8 --limit 24 --sample 12 --block 6
                --tokenizer-mb 0.5)
     DATA_MB=0.5

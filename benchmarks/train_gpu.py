@@ -61,21 +61,24 @@ def train_command(args: argparse.Namespace, interface: str, run_dir: Path, data_
         f"budget={args.steps} steps", f"batch_tokens={args.micro_batch * args.seq_len}",
         f"micro_batch={args.micro_batch}", f"seq_len={args.seq_len}", "precision=bf16", f"device={args.device}",
         f"compile={'false' if args.no_compile else 'true'}", f"parallel={args.parallel}",
-        "log_every=1", "val_batches=2", "checkpoint_format=none", "schedule.warmup_steps=1",
+        f"log_every={args.log_every}", "val_batches=2", "checkpoint_format=none", "schedule.warmup_steps=1",
     ]  # fmt: skip
 
 
-def run_figures(run_dir: Path, warmup: int, ceiling: float) -> dict[str, Any]:
+def run_figures(run_dir: Path, warmup: int, log_every: int, ceiling: float) -> dict[str, Any]:
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steady = [r["tokens_per_s"] for r in records if "train_loss" in r][warmup:]
+    # each record's rate covers the log_every steps before it; those that include a warm-up step are left out
+    steady = [r["tokens_per_s"] for r in records if "train_loss" in r and r["step"] - log_every >= warmup]
+    if not steady:
+        raise ValueError(f"{run_dir}: no log record after the {warmup} warm-up steps (log_every {log_every})")
     tokens_per_s = statistics.median(steady)
     achieved_tflops = summary["flops_per_token"] * tokens_per_s / 1e12
     # the trainer's own MFU is against its measured ceiling; the datasheet figure is reported beside it
     datasheet = summary.get("datasheet_bf16_flops_per_device") or float("nan")
     return {
         "tokens_per_s_median": tokens_per_s,
-        "steps_measured": len(steady),
+        "steps_measured": len(steady) * log_every,
         "flops_per_token": summary["flops_per_token"],
         "achieved_tflops": achieved_tflops,
         "mfu_vs_matmul_ceiling": achieved_tflops / ceiling,
@@ -112,13 +115,19 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=12, help="steps per interface (the first few compile)")
     parser.add_argument("--warmup", type=int, default=4, help="steps excluded from the figures")
+    parser.add_argument(
+        "--log-every", type=int, default=4, help="steps per host read of the loss (and per rate measured)"
+    )
     parser.add_argument("--parallel", default="fsdp", choices=["fsdp", "ddp"])
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--ceiling-size", type=int, default=8192, help="matmul size for the bf16 ceiling")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    if args.warmup >= args.steps:
-        parser.error(f"--warmup ({args.warmup}) must be below --steps ({args.steps})")
+    if args.warmup + args.log_every > args.steps:
+        parser.error(
+            f"--steps ({args.steps}) must leave at least one log interval of --log-every ({args.log_every}) "
+            f"steps after --warmup ({args.warmup})"
+        )
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available here (use --device cpu for a dry run)")
 
@@ -148,7 +157,7 @@ def main() -> None:
             try:
                 if finished.returncode != 0:
                     raise RuntimeError(f"tablefree train exited with status {finished.returncode}")
-                results["runs"][interface] = run_figures(run_dir, args.warmup, ceiling)
+                results["runs"][interface] = run_figures(run_dir, args.warmup, args.log_every, ceiling)
             except (RuntimeError, OSError, ValueError, KeyError, statistics.StatisticsError) as error:
                 results["runs"][interface] = {"error": f"{type(error).__name__}: {error}"}
             shutil.rmtree(run_dir, ignore_errors=True)  # its checkpoint would fill the disk

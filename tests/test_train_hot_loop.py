@@ -69,3 +69,48 @@ def test_checkpoint_format_none_writes_no_checkpoint(tmp_path) -> None:
     assert summary["completed"] and summary["step"] == 2
     assert complete_checkpoints(tmp_path / "run") == []
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_step_never_reads_the_loss_or_norm_and_the_log_reads_them_once_per_interval(
+    monkeypatch, tmp_path
+) -> None:
+    """No host-device wait inside an optimizer step: the loss, the gradient norm and the non-finite flag stay on
+    the device (the fused AdamW skips a bad update from the flag itself) and are read once per log interval."""
+    from tablefree.train import trainer
+    from train_helpers import make_dataset, train_losses
+
+    reads_in_step, batches_read = [], []
+    in_step = {"now": False}
+    real_step, real_read = trainer.Trainer.train_step, trainer.Trainer.read_steps
+
+    def step(self):
+        in_step["now"] = True
+        try:
+            return real_step(self)
+        finally:
+            in_step["now"] = False
+
+    def read(self):
+        batches_read.append([entry.step for entry in self.pending])
+        return real_read(self)
+
+    def watch(name):
+        original = getattr(torch.Tensor, name)
+
+        def read_value(tensor, *args, **kwargs):
+            if in_step["now"] and (tensor.is_floating_point() or tensor.dtype == torch.bool):
+                reads_in_step.append(name)  # token ids (int64) are checked on the CPU side by design
+            return original(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read_value)
+
+    for name in ("item", "tolist", "__bool__", "__float__"):
+        watch(name)
+    monkeypatch.setattr(trainer.Trainer, "train_step", step)
+    monkeypatch.setattr(trainer.Trainer, "read_steps", read)
+    run_dir = tmp_path / "run"
+    summary = trainer.train(micro_config(make_dataset(tmp_path / "data"), log_every=4), run_dir)
+    assert summary["completed"] and summary["step"] == 8
+    assert reads_in_step == []
+    assert batches_read == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert sorted(train_losses(run_dir)) == [4, 8]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import json
 import subprocess
@@ -49,6 +50,37 @@ def test_nan_gradient_norm_stops_before_the_update_and_no_poisoned_checkpoint(da
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "non-finite gradient norm at step 3" and summary["step"] == 2
     strict_records(run_dir / "metrics.jsonl")
+
+
+def test_a_non_finite_step_read_later_still_applies_no_update_after_it(
+    monkeypatch, data_dir, tmp_path
+) -> None:
+    """With log_every 4 the NaN of step 3 is read at step 4: steps 3 and 4 must both have left the weights alone
+    (the device-side flag sticks), and nothing after step 2 is saved."""
+    seen = {}
+    real_read = trainer.Trainer.read_steps
+
+    def read_and_keep(self):
+        seen[self.state.step] = ([e.step for e in self.pending], copy.deepcopy(self.model.state_dict()))
+        return real_read(self)
+
+    monkeypatch.setattr(trainer.Trainer, "read_steps", read_and_keep)
+    run_dir = tmp_path / "run"
+    config = micro_config(
+        data_dir,
+        budget="6 steps",
+        log_every=4,
+        checkpoint_every=2,
+        keep_last=1,
+        **{"optim.lr": 1e6, "schedule.warmup_steps": 0},
+    )
+    with pytest.raises(NonFiniteLossError, match=r"step 3: the gradient norm is nan.*step_00000002"):
+        train(config, run_dir)
+    assert [steps for steps, _ in seen.values()] == [[1, 2], [3, 4]]  # step 2 read for its checkpoint
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000002"]
+    at_step_2, at_step_4 = seen[2][1], seen[4][1]
+    assert all(torch.equal(at_step_4[name], at_step_2[name]) for name in at_step_2)
+    assert json.loads((run_dir / "summary.json").read_text())["step"] == 2
 
 
 def test_skip_mode_skips_the_update_and_keeps_the_files_valid_json(monkeypatch, data_dir, tmp_path) -> None:

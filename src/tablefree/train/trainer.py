@@ -225,11 +225,26 @@ LEGACY_STATE_KEYS = {"last_val_loss": "last_val_loss_estimate", "best_val_loss":
 class StepResult:
     """One optimizer step's numbers, for the log."""
 
+    step: int
+    tokens: int  # tokens seen after this step
     loss: float
     grad_norm: float
     lr: float
     seconds: float
     skipped: bool = False  # the update was skipped (non-finite loss or gradient norm, on_nonfinite: skip)
+
+
+@dataclass
+class PendingStep:
+    """A step whose loss and gradient norm are still on the device: they are read for a batch of steps at once
+    (``Trainer.read_steps``), so the hot loop does not wait for the device every step."""
+
+    step: int
+    tokens: int
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    lr: float
+    seconds: float
 
 
 class Trainer:
@@ -429,22 +444,32 @@ class Trainer:
             disable=not (self.info.is_main and sys.stderr.isatty()),
         )
         self.interval_s, self.interval_steps = 0.0, 0
+        self.pending: list[PendingStep] = []
+        self.halted = torch.zeros((), dtype=torch.bool, device=self.device)  # on_nonfinite: stop
         stop_reason = "completed"
         self.train_model.train()
         try:
             with stop.installed():
                 while state.step < total_steps:
-                    self.log_step(self.train_step())
-                    if (
+                    self.pending.append(self.train_step())
+                    validating = bool(
                         self.config.val_every
                         and state.step % self.config.val_every == 0
                         and state.step < total_steps
-                    ):
-                        self.validate()
-                    stopping = any_rank(stop.requested is not None, self.device)
-                    if (
+                    )
+                    saving = bool(
                         self.config.checkpoint_every and state.step % self.config.checkpoint_every == 0
-                    ) or stopping:
+                    )
+                    logging = state.step % self.config.log_every == 0 or state.step == total_steps
+                    # several processes agree on a stop with an all-reduce, so only where they read anyway
+                    stopping = (self.info.world_size == 1 or validating or saving or logging) and any_rank(
+                        stop.requested is not None, self.device
+                    )
+                    if validating or saving or logging or stopping or state.step == kill_after:
+                        self.read_steps()  # before anything is validated or saved: a NaN step stops here
+                    if validating:
+                        self.validate()
+                    if saving or stopping:
                         self.save()
                     if stopping:
                         stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
@@ -486,8 +511,11 @@ class Trainer:
             and self.state.last_val_loss_estimate is not None
         )
 
-    def train_step(self) -> StepResult:
-        """One optimizer step of ``grad_accum`` micro-steps; a non-finite loss stops before the update."""
+    def train_step(self) -> PendingStep:
+        """One optimizer step of ``grad_accum`` micro-steps. The loss and gradient norm stay on the device
+        (``read_steps`` reads them later); a non-finite one skips the update there: the fused AdamW takes the flag
+        as ``found_inf`` (as with a gradient scaler), other optimizers read it now. With ``on_nonfinite: stop``
+        the flag sticks, so no update is applied after it until ``read_steps`` stops the run."""
         state, run_plan = self.state, self.plan
         step_start = time.perf_counter()
         step = state.step + 1
@@ -503,30 +531,52 @@ class Trainer:
                 loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
-        mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum)
+        mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).float()
         max_norm = self.config.optim.grad_clip if self.config.optim.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.train_model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
-        # one host sync for both numbers; both are checked before the update touches the weights
-        train_loss, norm = torch.stack([mean_loss.float(), grad_norm.float().to(mean_loss.device)]).tolist()
+        grad_norm = grad_norm.float().to(mean_loss.device)
 
-        finite = math.isfinite(train_loss) and math.isfinite(norm)
-        if finite:
+        bad = ~(torch.isfinite(mean_loss) & torch.isfinite(grad_norm))
+        if self.config.on_nonfinite == "stop":
+            self.halted |= bad
+            bad = self.halted
+        # per group: a loaded optimizer state brings its groups' settings (a sharded run's foreach included)
+        if all(group.get("fused") for group in self.optimizer.param_groups):
+            self.optimizer.found_inf = bad.float()  # the fused kernel skips the update and its step count
+            self.optimizer.step()
+        elif not bad.item():
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if not finite:
-            self._non_finite(step, train_loss, norm)
 
         seconds = time.perf_counter() - step_start
         state.step = step
         state.tokens_seen += run_plan.tokens_per_step
         state.train_time_s += seconds
-        if finite:
-            state.last_train_loss = train_loss
-        else:
-            state.skipped_steps += 1
-        return StepResult(loss=train_loss, grad_norm=norm, lr=lr, seconds=seconds, skipped=not finite)
+        return PendingStep(step, state.tokens_seen, mean_loss, grad_norm, lr, seconds)
+
+    def read_steps(self) -> None:
+        """Read the pending steps' losses and gradient norms in one host-device transfer, then account and log
+        each step in order; the first non-finite step stops the run (``on_nonfinite: stop``, the default)."""
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        start = time.perf_counter()
+        values = torch.stack([torch.stack([p.loss, p.grad_norm]) for p in pending]).tolist()
+        wait = time.perf_counter() - start  # the device's queued work finishing: part of the last step
+        pending[-1].seconds += wait
+        self.state.train_time_s += wait
+        for entry, (loss, norm) in zip(pending, values, strict=True):
+            finite = math.isfinite(loss) and math.isfinite(norm)
+            if not finite:
+                self._non_finite(entry.step, loss, norm)
+                self.state.skipped_steps += 1
+            else:
+                self.state.last_train_loss = loss
+            self.log_step(
+                StepResult(entry.step, entry.tokens, loss, norm, entry.lr, entry.seconds, skipped=not finite)
+            )
 
     def _non_finite(self, step: int, loss: float, grad_norm: float) -> None:
         """A NaN/inf loss or gradient norm (the update was not applied): stop (the default), or with
@@ -540,6 +590,9 @@ class Trainer:
             if self.info.is_main:
                 print(f"step {step}: {what}; update skipped (on_nonfinite: skip)", flush=True)
             return
+        # no update was applied from this step on (the flag stuck): the model is that of the step before
+        self.state.tokens_seen -= (self.state.step - step + 1) * self.plan.tokens_per_step
+        self.state.step = step - 1
         last = checkpoints.latest_checkpoint(self.run_dir)
         raise NonFiniteLossError(
             f"step {step}: {what}; stopped without updating the model. "
@@ -550,28 +603,28 @@ class Trainer:
 
     def log_step(self, result: StepResult) -> None:
         """A metrics record and a progress line every ``log_every`` steps (and at the last step)."""
-        state, total_steps = self.state, self.plan.total_steps
+        total_steps = self.plan.total_steps
         self.interval_s += result.seconds
         self.interval_steps += 1
         if result.skipped:  # always recorded, without a train_loss (readers of train_loss see only updates)
             self.metrics.write(
                 {
-                    "step": state.step,
-                    "tokens": state.tokens_seen,
+                    "step": result.step,
+                    "tokens": result.tokens,
                     "skipped_update": "non-finite loss or gradient norm",
                     "loss": result.loss,
                     "grad_norm": result.grad_norm,
                     "lr": result.lr,
                 }
             )
-        elif state.step % self.config.log_every == 0 or state.step == total_steps:
+        elif result.step % self.config.log_every == 0 or result.step == total_steps:
             tokens_per_s = self.interval_steps * self.plan.tokens_per_step / max(self.interval_s, 1e-9)
             tflops = self.flops_per_token * tokens_per_s / self.info.world_size / 1e12  # achieved, per device
             mfu = tflops * 1e12 / self.peak_flops
             self.metrics.write(
                 {
-                    "step": state.step,
-                    "tokens": state.tokens_seen,
+                    "step": result.step,
+                    "tokens": result.tokens,
                     "train_loss": result.loss,
                     "lr": result.lr,
                     "grad_norm": result.grad_norm,
@@ -581,16 +634,16 @@ class Trainer:
                     "elapsed_s": self.wall_time_s(),
                 }
             )
-            eta = (total_steps - state.step) * self.interval_s / self.interval_steps
+            eta = (total_steps - result.step) * self.interval_s / self.interval_steps
             self.progress.set_postfix_str(
-                f"loss {result.loss:.4f} | {human(state.tokens_seen)} tok | {human(tokens_per_s)} tok/s | "
+                f"loss {result.loss:.4f} | {human(result.tokens)} tok | {human(tokens_per_s)} tok/s | "
                 f"{tflops:.3g} TFLOP/s, MFU {100 * mfu:.1f}%",
                 refresh=False,
             )
             if self.info.is_main and self.progress.disable:
                 print(
-                    f"step {state.step}/{total_steps} | loss {result.loss:.4f} | lr {result.lr:.2e} | "
-                    f"{human(state.tokens_seen)} tok | {human(tokens_per_s)} tok/s | {tflops:.3g} TFLOP/s, "
+                    f"step {result.step}/{total_steps} | loss {result.loss:.4f} | lr {result.lr:.2e} | "
+                    f"{human(result.tokens)} tok | {human(tokens_per_s)} tok/s | {tflops:.3g} TFLOP/s, "
                     f"MFU {100 * mfu:.1f}% | "
                     f"ETA {format_seconds(eta)}",
                     flush=True,
