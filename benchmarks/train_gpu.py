@@ -69,7 +69,8 @@ def run_figures(run_dir: Path, warmup: int, log_every: int, ceiling: float) -> d
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # each record's rate covers the log_every steps before it; those that include a warm-up step are left out
-    steady = [r["tokens_per_s"] for r in records if "train_loss" in r and r["step"] - log_every >= warmup]
+    steady_records = [r for r in records if "train_loss" in r and r["step"] - log_every >= warmup]
+    steady = [r["tokens_per_s"] for r in steady_records]
     if not steady:
         raise ValueError(f"{run_dir}: no log record after the {warmup} warm-up steps (log_every {log_every})")
     tokens_per_s = statistics.median(steady)
@@ -78,7 +79,8 @@ def run_figures(run_dir: Path, warmup: int, log_every: int, ceiling: float) -> d
     datasheet = summary.get("datasheet_bf16_flops_per_device") or float("nan")
     return {
         "tokens_per_s_median": tokens_per_s,
-        "steps_measured": len(steady) * log_every,
+        # the last record can cover fewer than log_every steps (a budget that is not a multiple)
+        "steps_measured": steady_records[-1]["step"] - steady_records[0]["step"] + log_every,
         "flops_per_token": summary["flops_per_token"],
         "achieved_tflops": achieved_tflops,
         "mfu_vs_matmul_ceiling": achieved_tflops / ceiling,

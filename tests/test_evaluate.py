@@ -166,13 +166,16 @@ def test_results_do_not_depend_on_batch_size_or_order(model):
 
 
 def test_greedy_check_takes_the_first_maximum_as_argmax_does():
-    logprobs = torch.tensor([[-1.0, -0.5, -0.5], [-1.0, -0.5, -0.5], [-0.2, -3.0, -0.9], [-2.0, -2.0, -0.1]])
-    targets = torch.tensor(
-        [1, 2, 0, 0]
-    )  # first of a tie, second of a tie, the clear maximum, not the maximum
+    nan = float("nan")
+    rows = [[-1.0, -0.5, -0.5], [-1.0, -0.5, -0.5], [-0.2, -3.0, -0.9], [-2.0, -2.0, -0.1], [-1.0, nan, -0.1]]
+    logprobs = torch.tensor(rows * 2)
+    # the first of a tie, the second of a tie, the clear maximum, not the maximum, a NaN (argmax picks it);
+    # then the same rows with other targets
+    targets = torch.tensor([1, 2, 0, 0, 1, 2, 1, 1, 2, 2])
     chosen = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
     got = _is_argmax(logprobs, targets, chosen)
-    assert got.tolist() == (logprobs.argmax(dim=-1) == targets).tolist() == [True, False, True, False]
+    want = [True, False, True, False, True, False, True, False, True, False]
+    assert got.tolist() == (logprobs.argmax(dim=-1) == targets).tolist() == want
 
 
 def test_batches_cap_rows_and_padding_and_keep_every_row_in_order():

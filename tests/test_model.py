@@ -144,6 +144,10 @@ def test_outputs_at_chosen_positions_equal_the_full_forward_there(overrides: dic
         model.hidden(ids[:, :4], cache=cache)
         after_prefix = model.hidden(ids[:, 4:], cache=cache, outputs=torch.tensor([[4, 0], [2, 2]]))
     assert torch.allclose(after_prefix, full[rows, torch.tensor([[8, 4], [6, 6]])], atol=1e-5)
+    # a model with no blocks has no last block to select the outputs in
+    no_blocks = build_model(tiny_config(n_layers=0, **overrides), seed=3).eval()
+    with torch.no_grad():
+        assert torch.equal(no_blocks.hidden(ids, outputs=outputs), no_blocks.hidden(ids)[rows, outputs])
 
 
 def test_loss_backward_skips_fixed_interface() -> None:

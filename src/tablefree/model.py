@@ -244,6 +244,8 @@ class TablefreeLM(nn.Module):
             x = x.to(self.head.weight.dtype)
         for index, block in enumerate(self.layers):
             x = block(x, cos, sin, mask, cache, outputs if index == len(self.layers) - 1 else None)
+        if outputs is not None and not self.layers:  # no last block to select them
+            x = gather_rows(x, outputs)
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

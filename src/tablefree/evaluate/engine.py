@@ -262,11 +262,15 @@ _LOGITS_PER_CHUNK = 1 << 22
 
 
 def _is_argmax(logprobs: torch.Tensor, targets: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
-    """``logprobs.argmax(-1) == targets`` (lm-eval's greedy check: the first maximum counts), computed with
-    ``amax``, which is about 10x cheaper than ``argmax`` on CPU; argmax runs only on the rows where the target
-    reaches the maximum, to settle ties by index. ``chosen``: the targets' log-probs."""
-    hits = chosen == logprobs.amax(dim=-1)
-    rows = hits.nonzero().squeeze(1)
+    """``logprobs.argmax(-1) == targets`` (lm-eval's greedy check: the first maximum counts). On the CPU it is
+    computed with ``amax``, about 10x cheaper than ``argmax`` there; argmax runs only on the rows where the
+    target reaches the maximum (to settle ties by index) or the maximum is NaN (which argmax picks). On an
+    accelerator argmax is cheap and ``nonzero`` would wait for the device. ``chosen``: the targets' log-probs."""
+    if logprobs.device.type != "cpu":
+        return logprobs.argmax(dim=-1) == targets
+    largest = logprobs.amax(dim=-1)
+    hits = chosen == largest
+    rows = (hits | largest.isnan()).nonzero().squeeze(1)
     hits[rows] = logprobs[rows].argmax(dim=-1) == targets[rows]
     return hits
 

@@ -656,7 +656,7 @@ def load_docs(task: Task, data_dir: str | Path | None = None, limit: int | None 
     if not records:
         raise ValueError(f"{paths[0]}: no records")
     docs = []
-    for index, (where, record) in enumerate(records):
+    for index, (where, record) in enumerate(records[:limit]):  # a reader returns at most that many
         _check_type(where, record, task.schema)
         if task.check is not None:
             try:

@@ -234,6 +234,10 @@ class StepResult:
     skipped: bool = False  # the update was skipped (non-finite loss or gradient norm, on_nonfinite: skip)
 
 
+# with several processes, a stop signal is agreed on at least this often (and at every log, validation and save)
+STOP_CHECK_STEPS = 10
+
+
 @dataclass
 class PendingStep:
     """A step whose loss and gradient norm are still on the device: they are read for a batch of steps at once
@@ -460,13 +464,22 @@ class Trainer:
                     saving = bool(
                         self.config.checkpoint_every and state.step % self.config.checkpoint_every == 0
                     )
-                    logging = state.step % self.config.log_every == 0 or state.step == total_steps
-                    # several processes agree on a stop with an all-reduce, so only where they read anyway
-                    stopping = (self.info.world_size == 1 or validating or saving or logging) and any_rank(
+                    reading = (
+                        validating
+                        or saving
+                        or state.step % self.config.log_every == 0
+                        or state.step == total_steps
+                        or state.step == kill_after
+                        or (self.info.world_size > 1 and state.step % STOP_CHECK_STEPS == 0)
+                    )
+                    if reading:  # before anything is validated or saved: a NaN step stops here
+                        self.read_steps()
+                    # several processes agree on a stop with an all-reduce (a host wait), so only at read points
+                    stopping = (self.info.world_size == 1 or reading) and any_rank(
                         stop.requested is not None, self.device
                     )
-                    if validating or saving or logging or stopping or state.step == kill_after:
-                        self.read_steps()  # before anything is validated or saved: a NaN step stops here
+                    if stopping:
+                        self.read_steps()
                     if validating:
                         self.validate()
                     if saving or stopping:
@@ -546,6 +559,7 @@ class Trainer:
         if all(group.get("fused") for group in self.optimizer.param_groups):
             self.optimizer.found_inf = bad.float()  # the fused kernel skips the update and its step count
             self.optimizer.step()
+            del self.optimizer.found_inf  # as a gradient scaler does: no later step() sees a stale flag
         elif not bad.item():
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
