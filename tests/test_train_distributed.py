@@ -4,6 +4,7 @@ resume bit-exactly and load for evaluation in one process."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -123,3 +124,29 @@ def test_a_sharded_checkpoint_resumes_in_one_plain_process(setup, tmp_path) -> N
     assert_matches(train_losses(run_dir), reference)
     final = checkpoints.latest_checkpoint(run_dir)
     assert (final / MODEL_FILE).exists() and not is_sharded(final)
+
+
+def test_fsdp_skips_a_nan_update_on_the_device_and_stops_at_the_next_read(setup, tmp_path) -> None:
+    """The GPU path on gloo: FSDP2's sharded parameters with the fused AdamW, the non-finite flag passed as
+    found_inf, read three steps late (log_every 4); the run stops naming step 3 and saves nothing after step 2."""
+    config_path, _ = setup
+    run_dir = tmp_path / "run"
+    overrides = (
+        "parallel=fsdp",
+        "log_every=4",
+        "checkpoint_every=2",
+        "optim.lr=1e6",
+        "schedule.warmup_steps=0",
+    )
+    result = subprocess.run(
+        command(config_path, run_dir, 2, *overrides),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode != 0
+    assert "step 3: the gradient norm is nan" in result.stdout + result.stderr
+    assert [c.name for c in checkpoints.complete_checkpoints(run_dir)] == ["step_00000002"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "non-finite gradient norm at step 3" and summary["step"] == 2
