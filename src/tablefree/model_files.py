@@ -116,7 +116,9 @@ def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tu
     with torch.device("meta"):
         model = TablefreeLM(config)
     model.to_empty(device=device)
-    model.init_weights()  # recomputes the fixed buffers; every saved tensor is then overwritten
+    # the fixed codes are recomputed from their options (they are not saved); drawing random weights only to
+    # overwrite every one of them would cost seconds at paper-1.7b
+    model.input.reset_fixed_state()
     if not (directory / MODEL_FILE).exists() and (directory / "sharded").is_dir():
         from tablefree.train.sharded import read_model_state  # a sharded (DCP) training checkpoint
 
