@@ -38,6 +38,7 @@ from lm_eval.tasks import TaskManager
 from torch.nn.modules.module import register_module_forward_hook
 
 from tablefree import build_model, preset
+from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.corpus import Corpus
 from tablefree.data.tokenizer import tokenizer_hash, train_tokenizer_from_texts
 from tablefree.evaluate import run_eval
@@ -68,6 +69,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    # process-wide, and run_eval applies it on its first call: set it up front so every setting runs with it
+    allocator = keep_freed_memory(torch.device("cpu"))
     tasks = args.tasks.split(",")
     root = Path(tempfile.mkdtemp(prefix="tablefree-eval-vs-lm-eval-"))
 
@@ -139,6 +142,7 @@ def main() -> None:
         "lm_eval": lm_eval.__version__,
         "machine": platform.processor() or platform.machine(),
         "load_average": os.getloadavg(),
+        "allocator": allocator.reason,
         "settings": {},
     }
     for label, values in seconds.items():

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tablefree.cpu_memory import keep_freed_memory
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -88,6 +89,7 @@ def run_eval(
         raise ValueError(f"dtype: expected auto, fp32 or bf16, got {dtype!r}")
     model, directory = load_model(checkpoint, device)
     dtype_choice = choose_precision(dtype, next(model.parameters()).device)
+    keep_freed_memory(next(model.parameters()).device)
     forward_dtype = torch.bfloat16 if dtype_choice.value == "bf16" else None
     tok, tok_hash = checked_tokenizer(directory, tokenizer)
     if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:

@@ -47,6 +47,7 @@ import yaml
 from tqdm import tqdm
 
 from tablefree.config_parsing import load_yaml, to_dict
+from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.loader import TokenLoader, read_manifest, verify_dataset
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import Ceiling, datasheet_bf16_flops
@@ -279,6 +280,7 @@ class Trainer:
         self.flops_per_token = flops_per_token(self.model_config, self.plan.seq_len)
         self.precision_choice = choose_precision(config.precision, self.device)
         self.precision = self.precision_choice.value
+        self.memory_choice = keep_freed_memory(self.device)
         # MFU's ceiling: the measured matmul rate of the dtype in use on this device (cached per machine).
         self.ceiling = measured_peak_flops(
             self.device, autocast_dtype(self.precision), override=config.peak_flops
@@ -424,6 +426,7 @@ class Trainer:
                 self.precision_choice,
                 self.compile_choice,
                 self.ceiling,
+                self.memory_choice,
             )
             if self.resumed_from is not None:
                 print(
@@ -1192,6 +1195,7 @@ def describe_run(
     precision: Decision,
     compiled: Decision,
     ceiling: Ceiling,
+    memory: Decision,
 ) -> None:
     print(
         f"tablefree train: {config.model.preset} / {model_config.interface.name} interface, seed {config.seed}\n"
@@ -1204,6 +1208,7 @@ def describe_run(
         f"{flops_token / 1e6:.1f} MFLOP/token; MFU against {ceiling.describe()}\n"
         f"  precision: {precision.value} ({precision.reason})\n"
         f"  compile: {'on' if compiled.value else 'off'} ({compiled.reason})\n"
+        f"  memory: {memory.reason}\n"
         f"  run dir: {run_dir}",
         flush=True,
     )
