@@ -53,7 +53,10 @@ def has_mallinfo2() -> bool:
 
 @pytest.mark.skipif(not has_mallinfo2(), reason="the thresholds and mallinfo2 are glibc's (>= 2.33)")
 def test_large_tensors_come_from_the_heap_not_from_fresh_mappings() -> None:
-    assert mapped_mb(None) == ("True", [0] * 7)
+    applied, mapped = mapped_mb(None)
+    if applied == "False":  # glibc before 2.35 caps the mmap threshold at 32 MB and refuses 1 GB
+        pytest.skip("this glibc refuses the thresholds (the run then says so and keeps malloc's defaults)")
+    assert mapped == [0] * 7
     assert mapped_mb("system") == (
         "False",
         [64] * 7,

@@ -8,7 +8,7 @@ import torch
 
 from tablefree import build_model, preset
 from tablefree.interfaces import ids_checked_by_caller
-from tablefree.train.trainer import build_optimizer, device_batch
+from tablefree.train.trainer import build_optimizer, device_batch, fused_adamw_is_safe
 from train_helpers import micro_config
 
 
@@ -114,3 +114,18 @@ def test_the_step_never_reads_the_loss_or_norm_and_the_log_reads_them_once_per_i
     assert reads_in_step == []
     assert batches_read == [[1, 2, 3, 4], [5, 6, 7, 8]]
     assert sorted(train_losses(run_dir)) == [4, 8]
+
+
+@pytest.mark.parametrize(
+    ("sharded", "version", "safe"),
+    [
+        (True, "2.11.0+cu128", False),  # the GPU machine's torch: FSDP2 would leak host memory every step
+        (True, "2.10.1", False),
+        (True, "2.12.0", False),
+        (True, "2.13.0+cpu", True),
+        (True, "2.4.1", True),
+        (False, "2.11.0", True),  # plain parameters are not affected
+    ],
+)
+def test_fused_adamw_is_avoided_where_it_leaks_over_dtensors(sharded, version, safe) -> None:
+    assert fused_adamw_is_safe(sharded, version) is safe

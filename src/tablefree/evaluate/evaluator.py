@@ -89,7 +89,7 @@ def run_eval(
         raise ValueError(f"dtype: expected auto, fp32 or bf16, got {dtype!r}")
     model, directory = load_model(checkpoint, device)
     dtype_choice = choose_precision(dtype, next(model.parameters()).device)
-    keep_freed_memory(next(model.parameters()).device)
+    memory_choice = keep_freed_memory(next(model.parameters()).device)  # process-wide (tablefree.cpu_memory)
     forward_dtype = torch.bfloat16 if dtype_choice.value == "bf16" else None
     tok, tok_hash = checked_tokenizer(directory, tokenizer)
     if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:
@@ -111,6 +111,7 @@ def run_eval(
         "device": str(next(model.parameters()).device),
         "dtype": dtype_choice.value,
         "dtype_reason": dtype_choice.reason,
+        "memory": memory_choice.reason,
         "bootstrap_iters": bootstrap_iters,
         "semantics": LM_EVAL_SEMANTICS,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

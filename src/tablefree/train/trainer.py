@@ -128,9 +128,17 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
     params = decay + no_decay
     on_cuda = any(p.device.type == "cuda" for p in params)
     fp32_cpu = all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
-    return torch.optim.AdamW(
-        groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda or fp32_cpu
-    )
+    sharded = any(hasattr(p, "full_tensor") for p in params)  # DTensor shards under FSDP2
+    fused = (on_cuda or fp32_cpu) and fused_adamw_is_safe(sharded, torch.__version__)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=fused)
+
+
+def fused_adamw_is_safe(sharded: bool, torch_version: str) -> bool:
+    """False where the fused AdamW leaks host memory: over DTensor (FSDP2) parameters in torch 2.10-2.12 it keeps
+    one DTensorSpec per parameter tensor per step (pytorch/pytorch#188174, #181761; torchtitan#3790: tens of GB
+    over a long run). Not seen in 2.13. Those runs use the per-tensor loop, and read the non-finite flag each step."""
+    major, minor = (int(part) for part in torch_version.split("+")[0].split(".")[:2])
+    return not (sharded and (2, 10) <= (major, minor) < (2, 13))
 
 
 def resolved_config(config: TrainConfig, model_config: ModelConfig, seq_len: int) -> TrainConfig:
