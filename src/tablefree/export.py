@@ -45,7 +45,7 @@ from tablefree.fileio import read_json, sha256_file, staged_directory, write_jso
 from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.model import TablefreeLM
 from tablefree.model_config import InterfaceConfig, ModelConfig
-from tablefree.model_files import META_FILE, MODEL_FILE, TOKENIZER_FILE, load_model, save_model
+from tablefree.model_files import META_FILE, MODEL_FILE, TOKENIZER_FILE, empty_model, load_model, save_model
 from tablefree.safetensors_header import TensorInfo, is_count, read_safetensors_header
 
 EXPORT_FORMATS = ("hf",)
@@ -764,10 +764,7 @@ def import_hf(hf_dir: str | Path, out_checkpoint: str | Path, *, overwrite: bool
     config.interface, interface_tensors = restore_interface(
         metadata, ours.pop("input.weight"), interface_state, config, config_path
     )
-    with torch.device("meta"):
-        model = TablefreeLM(config)
-    model.to_empty(device="cpu")
-    model.init_weights()  # fills the fixed buffers; every saved tensor is overwritten below
+    model = empty_model(config)  # every tensor but the fixed codes is loaded below
     state = {k: v.float() for k, v in ours.items()} | {f"input.{k}": v for k, v in interface_tensors.items()}
     model.load_state_dict(state, strict=True)
 

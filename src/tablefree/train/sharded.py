@@ -63,14 +63,10 @@ def read_model_state(directory: str | Path, model: torch.nn.Module) -> None:
 def consolidate(directory: str | Path, model_file: str = "model.safetensors") -> Path:
     """Write the full weights of the sharded checkpoint ``directory`` as one safetensors file beside it
     (atomically), the format of an unsharded checkpoint; returns its path."""
-    from tablefree.model import TablefreeLM
-    from tablefree.model_files import model_state, read_model_config
+    from tablefree.model_files import empty_model, model_state, read_model_config
 
     directory = Path(directory)
-    with torch.device("meta"):
-        model = TablefreeLM(read_model_config(directory))
-    model.to_empty(device="cpu")
-    model.init_weights()  # the fixed buffers; every saved tensor is then overwritten
+    model = empty_model(read_model_config(directory))
     read_model_state(directory, model)
     path = directory / model_file
     tmp = directory / f".{model_file}.tmp"
