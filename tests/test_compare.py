@@ -282,9 +282,8 @@ def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.M
         assert recipe["model"]["interface"].pop("init") == "lift"
         assert recipe == base_recipe(study)
         study_plans = {p.name: p for p in plan_runs(study)}
-        for plan in (
-            p for p in plans if p.interface != "projected"
-        ):  # copied: the study's model and training
+        copied = [plan for plan in plans if plan.interface != "projected"]  # the study's model and training
+        for plan in copied:
             ours, theirs = (from_dict(TrainConfig, r.recipe) for r in (plan, study_plans[plan.name]))
             assert ours == theirs and ours.model.build(4096) == theirs.model.build(4096)
 

@@ -70,8 +70,8 @@ def run_eval(
     Everything that can be checked before scoring is checked first: task names, the limit, that the output
     paths can be written, that every data file is present (all missing files in one error), every benchmark
     record that will be scored (the first ``limit`` of each file; PIQA's labels must still match its records line
-    for line), and that
-    every continuation fits the model's context (naming the file and line of any that does not).
+    for line), and that every continuation fits the model's context (naming the file and line of any that does
+    not).
     """
     names = parse_task_names(tasks, extra=(VALIDATION,))
     if VALIDATION in names and val_data is None:
