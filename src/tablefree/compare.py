@@ -24,6 +24,8 @@ from __future__ import annotations
 import copy
 import datetime
 import itertools
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -81,24 +83,64 @@ class EvalSpec:
 
 @dataclass
 class GridSpec:
-    """Several budgets and/or model sizes under one recipe: every combination is a grid point, and every grid
-    point trains every (interface, seed). Empty lists: the recipe's own budget and model."""
+    """Several model sizes, learning rates and/or budgets under one recipe: every combination is a grid point,
+    and every grid point trains every (interface, seed). Empty lists: the recipe's own model, rate and budget.
 
-    budget: list[str | int] = field(default_factory=list)  # e.g. [500k, 1M, 2.5M]
+    ``lr`` is one list for every interface, or ``{interface: [rates]}`` (a point then trains only the interfaces
+    that list its rate). ``branch: true`` (``wsd`` schedules) trains each (model, rate, interface, seed) once, to
+    the largest budget, and starts every shorter budget from that run's checkpoint at the shorter budget's own
+    decay start: the same run as one trained from scratch, for only its decay's tokens."""
+
     model: list[dict[str, Any]] = field(default_factory=list)  # e.g. [{d_model: 128, n_layers: 4}, ...]
+    lr: list[float] | dict[str, list[float]] = field(default_factory=list)  # e.g. [1e-3, 2e-3, 4e-3]
+    budget: list[str | int] = field(default_factory=list)  # e.g. [500k, 1M, 2.5M]
+    branch: bool = False
+
+    def __post_init__(self) -> None:
+        rates = self.lr.values() if isinstance(self.lr, dict) else [self.lr]
+        for listed in rates:
+            if not isinstance(listed, list) or not all(
+                isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in listed
+            ):
+                raise ValueError(
+                    f"grid.lr: expected a list of positive rates (or one per interface), got {self.lr}"
+                )
+        if self.branch and len(self.budget) < 2:
+            raise ValueError(
+                f"grid.branch: needs at least two budgets to branch, got grid.budget={self.budget}"
+            )
+
+    def rates(self) -> list[float]:
+        """Every rate of the grid, in order of first mention."""
+        listed = [r for rs in self.lr.values() for r in rs] if isinstance(self.lr, dict) else self.lr
+        return list(dict.fromkeys(float(r) for r in listed))
+
+    def interfaces_at(self, lr: float | None) -> list[str] | None:
+        """The interfaces a rate is trained for (None: every interface)."""
+        if lr is None or not isinstance(self.lr, dict):
+            return None
+        return [name for name, rates in self.lr.items() if lr in [float(r) for r in rates]]
 
     def points(self) -> list[dict[str, Any]]:
-        """[{"name", "train": overrides}] in order (models outer, budgets inner); [] without a grid."""
-        if not self.budget and not self.model:
+        """[{"name", "train": overrides, "interfaces": None or names}] in order (models outer, then rates, budgets
+        inner); [] without a grid."""
+        if not self.budget and not self.model and not self.lr:
             return []
         points = []
-        for model, budget in itertools.product(self.model or [None], self.budget or [None]):
+        for model, lr, budget in itertools.product(
+            self.model or [None], self.rates() or [None], self.budget or [None]
+        ):
             overrides: dict[str, Any] = {}
             if model is not None:
                 overrides["model"] = {k: v for k, v in model.items() if k != "name"}
+            if lr is not None:
+                overrides["optim"] = {"lr": lr}
             if budget is not None:
                 overrides["budget"] = budget
-            points.append({"name": point_name(model, budget), "train": overrides})
+            point = {"name": point_name(model, budget, lr), "train": overrides}
+            if self.interfaces_at(lr) is not None:
+                point["interfaces"] = self.interfaces_at(lr)
+            points.append(point)
         names = [p["name"] for p in points]
         if len(set(names)) != len(names):
             raise ValueError(f"grid: two points have the same name {names}; give each model a `name`")
@@ -108,8 +150,8 @@ class GridSpec:
 MODEL_ABBREVIATIONS = {"d_model": "d", "n_layers": "l", "n_heads": "h", "d_ff": "ff", "preset": ""}
 
 
-def point_name(model: dict[str, Any] | None, budget: str | int | None) -> str:
-    """A grid point's directory name: ``d256-l8-2.5M`` (or the model's own ``name``)."""
+def point_name(model: dict[str, Any] | None, budget: str | int | None, lr: float | None = None) -> str:
+    """A grid point's directory name: ``d256-l8-lr2e-3-2.5M`` (or the model's own ``name``)."""
     parts = []
     if model:
         parts.append(
@@ -117,9 +159,17 @@ def point_name(model: dict[str, Any] | None, budget: str | int | None) -> str:
             if "name" in model
             else "-".join(f"{MODEL_ABBREVIATIONS.get(k, k)}{v}" for k, v in model.items())
         )
+    if lr is not None:
+        parts.append(f"lr{rate_name(lr)}")
     if budget is not None:
         parts.append(str(budget).replace(" ", ""))
     return "-".join(parts).replace("/", "_")
+
+
+def rate_name(lr: float) -> str:
+    """``2e-3`` for 0.002, ``1.5e-3`` for 0.0015: short, exact for the rates a grid lists."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 @dataclass
@@ -146,6 +196,9 @@ class CompareConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     eval: EvalSpec = field(default_factory=EvalSpec)
     grid: GridSpec = field(default_factory=GridSpec)
+    # Recipe overrides for one interface only, e.g. {canonical: {optim: {lr: 4e-3}}}: each interface at the rate
+    # a learning-rate check chose for it. The report says which runs used them.
+    interface_train: dict[str, dict[str, Any]] = field(default_factory=dict)
     launch: LaunchSpec = field(default_factory=LaunchSpec)
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
@@ -165,6 +218,14 @@ class CompareConfig:
             )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
+        unknown = [name for name in self.interface_train if name not in INTERFACES]
+        if unknown or not all(isinstance(v, dict) for v in self.interface_train.values()):
+            raise ValueError(
+                f"interface_train: expected {{interface: recipe overrides}} with names from {sorted(INTERFACES)}, "
+                f"got {self.interface_train}"
+            )
+        if self.grid.lr and any("lr" in (v.get("optim") or {}) for v in self.interface_train.values()):
+            raise ValueError("interface_train sets optim.lr and grid.lr lists rates: choose one of the two")
         if self.launch.nproc_per_node < 0:
             raise ValueError("launch.nproc_per_node: must be >= 0")
         if self.bootstrap < 100:
@@ -249,12 +310,23 @@ def deep_merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
+class Branch:
+    """Where a budget branch starts: the trunk run (the largest budget of its group) and the step, the
+    branch's own decay start, whose checkpoint the trunk keeps."""
+
+    trunk: str  # the trunk run's name
+    directory: Path  # the trunk run's directory
+    step: int
+
+
+@dataclass
 class RunPlan:
     interface: str
     seed: int
     directory: Path
     recipe: dict[str, Any]
     point: str = ""
+    branch: Branch | None = None
 
     @property
     def name(self) -> str:
@@ -271,13 +343,69 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
     for point in config.grid.points() or [{"name": "", "train": {}}]:
         point_recipe = deep_merge(recipe, point["train"])
         for seed in config.seeds:
-            for interface in config.interfaces:
-                run = run_recipe(point_recipe, interface, seed)
+            for interface in point.get("interfaces") or config.interfaces:
+                if interface not in config.interfaces:
+                    continue
+                run = run_recipe(
+                    deep_merge(point_recipe, config.interface_train.get(interface, {})), interface, seed
+                )
                 name = run_name(interface, seed, point["name"])
                 from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
                 directory = run_directory(config.out_dir, interface, seed, point["name"])
                 plans.append(RunPlan(interface, seed, directory, run, point["name"]))
-    return plans
+    return branch_budgets(plans) if config.grid.branch else plans
+
+
+def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
+    """Budget branching: in each group of runs that differ only in their budget, the largest budget is the trunk
+    and keeps a checkpoint at every other budget's decay start; the others start there. Ordered trunk first,
+    then its branches (shortest first), group by group in the sweep's order."""
+    from tablefree.train.recipe import TrainConfig, budget_steps, decay_start, lr_at
+
+    groups: dict[str, list[RunPlan]] = {}
+    for run in plans:
+        key = yaml.safe_dump({k: v for k, v in run.recipe.items() if k not in BRANCH_FIELDS}, sort_keys=True)
+        groups.setdefault(key, []).append(run)
+    ordered = []
+    for group in groups.values():
+        configs = {
+            run.name: from_dict(TrainConfig, run.recipe, where=f"recipe of {run.name}") for run in group
+        }
+        steps = {
+            run.name: budget_steps(configs[run.name].budget, configs[run.name].batch_tokens) for run in group
+        }
+        group.sort(key=lambda run: steps[run.name])
+        trunk, branches = group[-1], group[:-1]
+        schedule = configs[trunk.name].schedule
+        if schedule.name != "wsd":
+            raise ValueError(
+                f"grid.branch: {trunk.name} uses schedule.name={schedule.name!r}; budgets branch only from the "
+                "stable phase of a wsd schedule (set schedule.name: wsd)"
+            )
+        points = []
+        for run in branches:
+            start = decay_start(steps[run.name], schedule)
+            peak = configs[run.name].optim.lr
+            # the branch must be the very run a from-scratch training of its budget would be up to `start`
+            same = all(
+                lr_at(s, steps[run.name], peak, schedule) == lr_at(s, steps[trunk.name], peak, schedule)
+                for s in range(1, start + 1)
+            )
+            if start < 1 or not same or start in points:
+                raise ValueError(
+                    f"grid.branch: {run.name} ({steps[run.name]} steps) cannot branch from {trunk.name} "
+                    f"({steps[trunk.name]} steps): its decay would start at step {start}, where the two "
+                    "schedules must agree and no other budget may branch; use budgets further apart"
+                )
+            points.append(start)
+            run.branch = Branch(trunk.name, trunk.directory, start)
+        trunk.recipe["checkpoint_steps"] = sorted(points)
+        ordered += [trunk, *branches]
+    return ordered
+
+
+# the fields in which the runs of one branching group differ
+BRANCH_FIELDS = ("budget", "checkpoint_steps")
 
 
 def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
@@ -315,7 +443,10 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
     per_document = "validation" not in spec.tasks or "per_document" in results["tasks"].get("validation", {})
     examples = (run.directory / RUN_FILES["examples"]).exists()
-    return "done" if current and per_document and examples else "trained"
+    selection = (
+        not (run.recipe.get("data") or {}).get("select_every") or (run.directory / SELECTION_FILE).exists()
+    )
+    return "done" if current and per_document and examples and selection else "trained"
 
 
 def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str, Any]:
@@ -361,6 +492,8 @@ def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, lo
     (run.directory / RUN_FILES["error"]).unlink(missing_ok=True)
     try:
         if state != "trained":
+            if run.branch is not None and start_branch(run):
+                log(f"{prefix}: branched from {run.branch.trunk} at step {run.branch.step}")
             log(f"{prefix}: training")
             started = time.perf_counter()
             train_run(config, run)
@@ -383,6 +516,54 @@ def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, lo
         write_json_atomic(run.directory / RUN_FILES["status"], status)
         log(f"{prefix}: FAILED ({message}); traceback in {run.directory / RUN_FILES['error']}")
         return "failed"
+
+
+def start_branch(run: RunPlan) -> bool:
+    """Seed a branch's run directory with its trunk's checkpoint at the branch step (hard links where the
+    filesystem allows: checkpoints are never written again) and the trunk's metrics up to it; the trainer then
+    resumes there with the branch's own recipe. False when the branch has a checkpoint of its own already."""
+    from tablefree.train import checkpoints
+
+    assert run.branch is not None
+    if checkpoints.complete_checkpoints(run.directory):
+        return False
+    source = run.branch.directory / checkpoints.CHECKPOINTS_DIR / checkpoints.step_dir_name(run.branch.step)
+    if not checkpoints.is_complete(source):
+        raise RuntimeError(
+            f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, and {source} "
+            "is not a complete checkpoint: the trunk run must finish first (re-run the sweep; it trains trunks "
+            "before their branches)"
+        )
+    root = run.directory / checkpoints.CHECKPOINTS_DIR
+    staging = root / f".{source.name}.branch"
+    shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while copying
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source, staging, copy_function=_link_or_copy)
+    metrics = run.branch.directory / RUN_FILES["metrics"]
+    if metrics.exists():  # the trainer cuts it back to the branch step
+        shutil.copyfile(metrics, run.directory / RUN_FILES["metrics"])
+    write_json_atomic(
+        run.directory / BRANCH_FILE,
+        {
+            "trunk": run.branch.trunk,
+            "trunk_dir": os.path.relpath(run.branch.directory, run.directory),
+            "step": run.branch.step,
+            "checkpoint_sha256": (read_json(source / checkpoints.COMPLETE_MARKER) or {}).get("sha256"),
+            "created": _now(),
+        },
+    )
+    staging.rename(root / source.name)
+    return True
+
+
+BRANCH_FILE = "branch.json"  # in a branch's run directory: where its training started
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
@@ -468,8 +649,27 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
     else:
         write_text_atomic(run.directory / RUN_FILES["examples"], "")
     results.update(limit=spec.limit, val_limit=spec.val_limit)
+    select_every = (run.recipe.get("data") or {}).get("select_every") or 0
+    if select_every:
+        write_json_atomic(run.directory / SELECTION_FILE, score_selection(run, select_every, spec))
     write_json_atomic(run.directory / RUN_FILES["eval"], results)
     return results
+
+
+SELECTION_FILE = "selection.json"  # the loss on the selection split, which a learning-rate grid chooses by
+
+
+def score_selection(run: RunPlan, select_every: int, spec: EvalSpec) -> dict[str, Any]:
+    """The run's final model on the training windows it held out (``data.select_every``)."""
+    from tablefree.evaluate.selection import selection_metrics
+    from tablefree.model_files import load_model
+
+    model, checkpoint = load_model(run.directory, device=spec.device)
+    model.eval()
+    result = selection_metrics(
+        model, run.recipe["data"]["dir"], model.config.max_seq_len, select_every, spec.batch_size
+    )
+    return {**result, "checkpoint": os.path.relpath(checkpoint, run.directory)}
 
 
 def prepare_data(config: CompareConfig, log=print) -> None:

@@ -271,7 +271,11 @@ class TokenLoader:
         rank: int = 0,
         world_size: int = 1,
         shuffle: bool = True,
+        holdout_every: int = 0,
+        heldout: bool = False,
     ) -> None:
+        """``holdout_every=k`` sets every k-th window aside (the selection split): the loader yields the others,
+        or with ``heldout=True`` only those set aside."""
         if not shards:
             raise ValueError("TokenLoader needs at least one shard")
         if not 0 <= rank < world_size:
@@ -286,6 +290,17 @@ class TokenLoader:
             raise ValueError(
                 f"shards {[str(p) for p in self.paths]} hold fewer than seq_len+1={seq_len + 1} tokens"
             )
+        if holdout_every < 0 or holdout_every == 1 or (heldout and not holdout_every):
+            raise ValueError(f"holdout_every: expected 0 or k >= 2 (heldout needs k), got {holdout_every}")
+        self.holdout_every, self.heldout = holdout_every, heldout
+        if holdout_every:  # windows k-1, 2k-1, ... are set aside; the loader numbers the ones it yields
+            set_aside = self.num_chunks // holdout_every
+            self.num_chunks = set_aside if heldout else self.num_chunks - set_aside
+            if self.num_chunks == 0:
+                raise ValueError(
+                    f"holdout_every={holdout_every}: shards {[str(p) for p in self.paths]} hold too few "
+                    f"windows of {seq_len + 1} tokens to set any aside"
+                )
         self._chunk_starts = np.concatenate(([0], np.cumsum(per_shard)))
         self.position = 0  # next micro-step
 
@@ -335,6 +350,9 @@ class TokenLoader:
         return data[:, :-1], data[:, 1:]
 
     def _window(self, chunk: int) -> np.ndarray:
+        if self.holdout_every:  # the loader's window number -> the window's place in the shards
+            k = self.holdout_every
+            chunk = chunk * k + k - 1 if self.heldout else chunk + chunk // (k - 1)
         shard = int(np.searchsorted(self._chunk_starts, chunk, side="right") - 1)
         start = (chunk - int(self._chunk_starts[shard])) * self.seq_len
         return self._tokens[shard][start : start + self.seq_len + 1]

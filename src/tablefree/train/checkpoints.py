@@ -29,7 +29,7 @@ import pickle
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -138,6 +138,7 @@ def save_checkpoint(
     meta: dict[str, Any],
     tokenizer_path: str | Path | None,
     keep_last: int = 0,
+    keep_steps: Sequence[int] = (),
 ) -> Path:
     """Write a complete step directory (call on the main process only) and prune old ones. ``model_state``
     None: a sharded checkpoint, whose model and optimizer shards every process has already written into
@@ -156,7 +157,7 @@ def save_checkpoint(
     if final.exists():  # the same step saved again (e.g. a resumed run stopped at once)
         remove_dir(final)
     tmp.rename(final)
-    prune_checkpoints(run_dir, keep_last)
+    prune_checkpoints(run_dir, keep_last, keep_steps)
     return final
 
 
@@ -178,9 +179,9 @@ def remove_dir(directory: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
-    """Delete all but the newest ``keep_last`` complete checkpoints (0 keeps all), incomplete ones, and hidden
-    leftovers of saves or deletions a killed process did not finish."""
+def prune_checkpoints(run_dir: str | Path, keep_last: int, keep_steps: Sequence[int] = ()) -> None:
+    """Delete all but the newest ``keep_last`` complete checkpoints (0 keeps all; those of ``keep_steps`` are
+    always kept), incomplete ones, and hidden leftovers of saves or deletions a killed process did not finish."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     for stale in root.glob(".step_*"):
         if stale.is_dir():
@@ -189,8 +190,10 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
         if stale.is_dir() and not is_complete(stale):
             shutil.rmtree(stale, ignore_errors=True)
     if keep_last > 0:
+        kept = {step_dir_name(step) for step in keep_steps}
         for old in complete_checkpoints(run_dir)[:-keep_last]:
-            remove_dir(old)
+            if old.name not in kept:
+                remove_dir(old)
 
 
 def load_train_state(directory: str | Path) -> dict[str, Any]:

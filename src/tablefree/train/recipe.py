@@ -81,6 +81,16 @@ class ModelSpec:
 class DataConfig:
     dir: str = ""  # a prepared dataset (manifest.json, shards, tokenizer.json)
     shuffle: bool = True  # random windows (seeded permutation per epoch) instead of a sequential pass
+    # Every k-th training window is held out as the *selection* split (0: none): data that neither training
+    # nor the verdict's validation split uses, on which a learning-rate grid picks each interface's rate.
+    select_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.select_every < 0 or self.select_every == 1:
+            raise ValueError(
+                f"data.select_every: expected 0 (no selection split) or k >= 2 (every k-th training window "
+                f"held out), got {self.select_every}"
+            )
 
 
 @dataclass
@@ -147,6 +157,9 @@ class TrainConfig:
     val_every: int = 0  # 0: validate only at the end
     val_batches: int = 20  # micro-batches of the val split per validation
     checkpoint_every: int = 0  # 0: checkpoint only at the end (and on SIGTERM/SIGINT)
+    # Extra checkpoints at these steps, never pruned: the branch points of a budget-branched sweep (compare's
+    # `grid.branch`), where shorter budgets start their own decay from this run's stable phase.
+    checkpoint_steps: list[int] = field(default_factory=list)
     keep_last: int = 3  # checkpoints kept; 0 keeps all
     on_nonfinite: str = "stop"  # a NaN/inf loss or gradient norm: stop (the default) or skip that update
     # full: one model.safetensors + optimizer in train_state.pt (gathered to rank 0); sharded: each rank writes
@@ -185,6 +198,10 @@ class TrainConfig:
                 "intervals must be >= 0",
             ),
             (self.peak_flops is None or self.peak_flops > 0, "peak_flops: must be > 0"),
+            (
+                all(isinstance(step, int) and step > 0 for step in self.checkpoint_steps),
+                f"checkpoint_steps: expected positive step numbers, got {self.checkpoint_steps}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -229,8 +246,7 @@ def plan(config: TrainConfig, model_config: ModelConfig, world_size: int = 1) ->
             f"({config.micro_batch}) × world_size ({world_size}) = {per_micro_step}; change batch_tokens, "
             "micro_batch or seq_len"
         )
-    kind, amount = parse_budget(config.budget)
-    total_steps = amount if kind == "steps" else math.ceil(amount / config.batch_tokens)
+    total_steps = budget_steps(config.budget, config.batch_tokens)
     if config.schedule.warmup_steps > total_steps:
         raise ValueError(
             f"schedule.warmup_steps ({config.schedule.warmup_steps}) exceeds the run's {total_steps} steps"
@@ -245,6 +261,17 @@ def plan(config: TrainConfig, model_config: ModelConfig, world_size: int = 1) ->
     )
 
 
+def budget_steps(budget: str | int, batch_tokens: int) -> int:
+    """Optimizer steps of a budget (``"2M"`` tokens or ``"500 steps"``) at ``batch_tokens`` per step."""
+    kind, amount = parse_budget(budget)
+    return amount if kind == "steps" else math.ceil(amount / batch_tokens)
+
+
+def decay_start(total_steps: int, schedule: ScheduleConfig) -> int:
+    """The last step at the peak rate before ``wsd``'s decay (the step a shorter budget branches at)."""
+    return total_steps - round(schedule.decay_fraction * total_steps)
+
+
 def lr_at(step: int, total_steps: int, lr: float, schedule: ScheduleConfig) -> float:
     """Learning rate of optimizer step ``step`` (1-based: the first update uses ``lr_at(1, ...)``)."""
     warmup = schedule.warmup_steps
@@ -256,11 +283,11 @@ def lr_at(step: int, total_steps: int, lr: float, schedule: ScheduleConfig) -> f
         progress = (step - warmup) / max(1, total_steps - warmup)
         return schedule.min_lr + 0.5 * (lr - schedule.min_lr) * (1.0 + math.cos(math.pi * min(1.0, progress)))
     # wsd: stable at lr, then linear decay to min_lr over the last decay_fraction of all steps
-    decay_steps = round(schedule.decay_fraction * total_steps)
-    decay_start = total_steps - decay_steps
-    if step <= decay_start or decay_steps == 0:
+    stable_until = decay_start(total_steps, schedule)
+    decay_steps = total_steps - stable_until
+    if step <= stable_until or decay_steps == 0:
         return lr
-    return lr + (schedule.min_lr - lr) * (step - decay_start) / decay_steps
+    return lr + (schedule.min_lr - lr) * (step - stable_until) / decay_steps
 
 
 def load_train_config(path: str | Path | None, overrides: list[str] | None = None) -> TrainConfig:

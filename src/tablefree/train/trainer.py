@@ -357,6 +357,7 @@ class Trainer:
             self.plan.seq_len,
             config.micro_batch,
             shuffle=config.data.shuffle,
+            holdout_every=config.data.select_every,
             **loader_args,
         )
         # The estimate's windows are spread over the whole val split by a fixed permutation (seed 0, the same
@@ -414,9 +415,9 @@ class Trainer:
         """config.yaml, metrics.jsonl cut back to the resumed step, and the run's description."""
         if self.info.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            if (
-                self.resumed_from is None
-            ):  # a resumed run keeps its recorded recipe; changes go to CHANGES_FILE
+            # A resumed run keeps its recorded recipe (changes go to CHANGES_FILE). A run that starts from another
+            # run's checkpoint (a budget branch of `compare`) has none yet and records its own.
+            if self.resumed_from is None or not (self.run_dir / CONFIG_FILE).exists():
                 write_text_atomic(
                     self.run_dir / CONFIG_FILE, yaml.safe_dump(to_dict(self.config), sort_keys=False)
                 )
@@ -472,7 +473,7 @@ class Trainer:
                     )
                     saving = bool(
                         self.config.checkpoint_every and state.step % self.config.checkpoint_every == 0
-                    )
+                    ) or (state.step in self.config.checkpoint_steps)
                     reading = (
                         validating
                         or saving
@@ -751,6 +752,7 @@ class Trainer:
                 meta,
                 self.tokenizer_path if self.tokenizer_path.exists() else None,
                 keep_last=self.config.keep_last,
+                keep_steps=self.config.checkpoint_steps,
             )
         barrier()
         self.saved_at = state.step
@@ -1009,6 +1011,7 @@ OPERATIONAL_FIELDS = (
     "log_every",
     "val_every",
     "checkpoint_every",
+    "checkpoint_steps",
     "keep_last",
     "micro_batch",
     "on_nonfinite",

@@ -1,0 +1,190 @@
+"""Budget branching, the learning-rate grid and the selection split of `compare` (docs/experiments.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tablefree.compare import CompareConfig, plan_runs, rate_name, run_sweep
+from tablefree.config_parsing import from_dict, to_dict
+from tablefree.data.loader import TokenLoader
+from tablefree.train.recipe import decay_start, lr_at
+from train_helpers import make_dataset, micro_config
+
+RECIPE = {
+    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_seq_len": 32},
+    "batch_tokens": 256,
+    "micro_batch": 8,
+    "seq_len": 32,
+    "optim": {"lr": 3e-3},
+    "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
+    "log_every": 1,
+    "val_every": 4,
+    "val_batches": 2,
+}
+
+
+def branched(tmp_path: Path, data: Path, **grid) -> CompareConfig:
+    return from_dict(
+        CompareConfig,
+        {
+            "name": "branch",
+            "train": RECIPE,
+            "dataset": {"dir": str(data)},
+            "interfaces": ["learned", "canonical"],
+            "seeds": [0, 1],
+            "grid": {"budget": ["8 steps", "16 steps", "32 steps"], "branch": True, **grid},
+            "out": str(tmp_path / "sweep"),
+            "bootstrap": 200,
+        },
+    )
+
+
+def test_branching_plans_one_trunk_per_interface_and_seed(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "data")
+    plans = plan_runs(branched(tmp_path, data))
+    assert len(plans) == 3 * 2 * 2
+    # trunk first, then its branches, shortest first; seeds outer, interfaces inner
+    assert [p.name for p in plans[:3]] == ["32steps/learned-s0", "8steps/learned-s0", "16steps/learned-s0"]
+    trunk, short, middle = plans[:3]
+    assert trunk.branch is None and trunk.recipe["checkpoint_steps"] == [6, 12]
+    assert (short.branch.trunk, short.branch.step, short.branch.directory) == (trunk.name, 6, trunk.directory)
+    assert middle.branch.step == 12 and "checkpoint_steps" not in middle.recipe
+    # each branch point is the branch's own decay start, and the two schedules agree up to it
+    schedule = from_dict(CompareConfig, {"train": RECIPE}).train["schedule"]
+    assert schedule["name"] == "wsd"
+    assert all(p.branch is None or p.recipe["seed"] == p.seed for p in plans)
+    assert {p.seed for p in plans if p.branch and p.branch.trunk.endswith("-s1")} == {1}
+
+
+def test_branching_refuses_what_would_not_be_the_same_run(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "data")
+    config = branched(tmp_path, data)
+    config.train = {**RECIPE, "schedule": {"name": "cosine", "warmup_steps": 2}}
+    with pytest.raises(ValueError, match="stable phase of a wsd schedule"):
+        plan_runs(config)
+    # all decay and no stable phase: nothing to branch from
+    config = branched(tmp_path, data)
+    config.train = {**RECIPE, "schedule": {"name": "wsd", "warmup_steps": 0, "decay_fraction": 1.0}}
+    with pytest.raises(ValueError, match="cannot branch"):
+        plan_runs(config)
+    with pytest.raises(ValueError, match="at least two budgets"):
+        from_dict(CompareConfig, {"grid": {"budget": ["8 steps"], "branch": True}})
+
+
+def test_decay_start_is_where_the_rate_leaves_its_peak() -> None:
+    config = micro_config(Path("unused"), **{"schedule.name": "wsd", "schedule.decay_fraction": 0.2})
+    for total in (10, 25, 100, 977):
+        start = decay_start(total, config.schedule)
+        assert lr_at(start, total, 1.0, config.schedule) == 1.0
+        assert lr_at(start + 1, total, 1.0, config.schedule) < 1.0
+
+
+def test_lr_grid_points_and_per_interface_rates(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "data")
+    assert [rate_name(r) for r in (0.002, 0.0015, 1e-4, 0.01)] == ["2e-3", "1.5e-3", "1e-4", "1e-2"]
+    config = branched(tmp_path, data)
+    config.grid = from_dict(
+        CompareConfig, {"grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [2e-3, 4e-3]}}}
+    ).grid
+    plans = plan_runs(config)
+    by_point: dict[str, set[str]] = {}
+    for plan in plans:
+        by_point.setdefault(plan.point, set()).add(plan.interface)
+        assert plan.recipe["optim"]["lr"] == float(plan.point.removeprefix("lr"))
+    assert by_point == {"lr1e-3": {"learned"}, "lr2e-3": {"learned", "canonical"}, "lr4e-3": {"canonical"}}
+    with pytest.raises(ValueError, match=r"grid\.lr"):
+        from_dict(CompareConfig, {"grid": {"lr": [0.001, -1]}})
+    with pytest.raises(ValueError, match="choose one of the two"):
+        from_dict(
+            CompareConfig,
+            {"grid": {"lr": [1e-3]}, "interface_train": {"canonical": {"optim": {"lr": 4e-3}}}},
+        )
+
+
+def test_interface_train_overrides_one_interface_only(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "data")
+    config = branched(tmp_path, data)
+    config.interface_train = {"canonical": {"optim": {"lr": 4e-3}}}
+    rates = {(p.interface, p.point): p.recipe["optim"]["lr"] for p in plan_runs(config)}
+    assert {rate for (name, _), rate in rates.items() if name == "canonical"} == {4e-3}
+    assert {rate for (name, _), rate in rates.items() if name == "learned"} == {3e-3}
+
+
+def test_selection_windows_are_disjoint_from_training_and_cover_the_rest(tmp_path: Path) -> None:
+    data = make_dataset(tmp_path / "data", train_tokens=20_000)
+    every = TokenLoader.from_dir(data, "train", 32, 4, shuffle=False)
+    train = TokenLoader.from_dir(data, "train", 32, 4, shuffle=True, holdout_every=5)
+    held = TokenLoader.from_dir(data, "train", 32, 4, shuffle=False, holdout_every=5, heldout=True)
+    assert train.num_chunks + held.num_chunks == every.num_chunks and held.num_chunks == every.num_chunks // 5
+
+    def windows(loader: TokenLoader) -> set[bytes]:
+        chunks = loader.chunks(np.arange(loader.num_chunks))
+        return {loader._window(int(c)).tobytes() for c in chunks}
+
+    seen, set_aside = windows(train), windows(held)
+    assert len(seen) == train.num_chunks and len(set_aside) == held.num_chunks  # each window once
+    assert not seen & set_aside and seen | set_aside == windows(every)
+    with pytest.raises(ValueError, match="holdout_every"):
+        TokenLoader.from_dir(data, "train", 32, 4, holdout_every=1)
+    with pytest.raises(ValueError, match="select_every"):
+        micro_config(data, **{"data.select_every": 1})
+
+
+@pytest.mark.slow
+def test_a_branched_budget_is_the_run_trained_from_scratch(tmp_path: Path) -> None:
+    """The branch resumes its trunk's stable phase and decays on its own: bit-identical weights and losses to a
+    from-scratch run of its budget, for the decay's tokens only. With a selection split, each run is scored on
+    the training windows it never saw."""
+    from pydoc_data.topics import topics
+
+    from tablefree.data.prepare import prepare_dataset
+    from tablefree.train.trainer import train
+
+    corpus = tmp_path / "topics.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
+    data = tmp_path / "data"
+    prepare_dataset(corpus, data, vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    config = branched(tmp_path, data)
+    config.interfaces, config.seeds = ["canonical"], [1]
+    config.train = {**RECIPE, "data": {"select_every": 10}}
+    config.grid = from_dict(CompareConfig, {"grid": {"budget": ["8 steps", "16 steps"], "branch": True}}).grid
+    result = run_sweep(config, report=False, log=lambda _: None)
+    assert set(result["runs"].values()) == {"done"}
+    sweep = tmp_path / "sweep" / "runs"
+    branch = sweep / "8steps" / "canonical-s1"
+    assert json.loads((branch / "branch.json").read_text())["step"] == 6
+
+    scratch_config = micro_config(data, **{"data.select_every": 10})
+    recipe = {**to_dict(scratch_config), **RECIPE, "data": {"dir": str(data), "select_every": 10}}
+    recipe["model"] = {**RECIPE["model"], "interface": {"name": "canonical"}}
+    from tablefree.train.recipe import TrainConfig
+
+    scratch = tmp_path / "scratch"
+    train(from_dict(TrainConfig, {**recipe, "budget": "8 steps", "seed": 1}), scratch)
+
+    def final_weights(run_dir: Path) -> bytes:
+        return (run_dir / "checkpoints" / "step_00000008" / "model.safetensors").read_bytes()
+
+    assert final_weights(branch) == final_weights(scratch)
+
+    def losses(run_dir: Path) -> list[tuple[int, float]]:
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r.get("train_loss", r.get("val_loss_estimate"))) for r in records if "step" in r]
+
+    assert losses(branch) == losses(scratch)
+    assert (branch / "config.yaml").read_text() == (scratch / "config.yaml").read_text()
+    selection = json.loads((branch / "selection.json").read_text())
+    assert (
+        selection["select_every"] == 10
+        and selection["windows"] > 0
+        and np.isfinite(selection["selection_loss"])
+    )
+    # the trunk keeps its branch point's checkpoint whatever keep_last says
+    trunk = sweep / "16steps" / "canonical-s1"
+    assert (trunk / "checkpoints" / "step_00000006" / "COMPLETE").exists()
