@@ -188,3 +188,43 @@ def test_a_branched_budget_is_the_run_trained_from_scratch(tmp_path: Path) -> No
     # the trunk keeps its branch point's checkpoint whatever keep_last says
     trunk = sweep / "16steps" / "canonical-s1"
     assert (trunk / "checkpoints" / "step_00000006" / "COMPLETE").exists()
+
+
+@pytest.mark.slow
+def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> None:
+    """Each interface's rate is the lowest mean selection-split loss; the report shows the gap at the shared
+    rate beside the gap at each interface's own rate."""
+    from pydoc_data.topics import topics
+
+    from tablefree.data.prepare import prepare_dataset
+
+    corpus = tmp_path / "topics.jsonl"
+    corpus.write_text("".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8")
+    data = tmp_path / "data"
+    prepare_dataset(corpus, data, vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    config = branched(tmp_path, data)
+    config.train = {**RECIPE, "budget": "8 steps", "data": {"select_every": 8}}
+    config.grid = from_dict(CompareConfig, {"grid": {"lr": [3e-4, 1e-2]}}).grid
+    result = run_sweep(config, log=lambda _: None)
+    assert set(result["runs"].values()) == {"done"}
+    (check,) = result["report"]["statistics"]["learning_rate"]
+    assert check["selection"]["name"] == "selection split" and check["rates"] == [3e-4, 1e-2]
+    runs = tmp_path / "sweep" / "runs"
+    for interface in ("learned", "canonical"):
+        means = {
+            rate: np.mean(
+                [
+                    json.loads((runs / point / f"{interface}-s{seed}" / "selection.json").read_text())[
+                        "selection_loss"
+                    ]
+                    for seed in (0, 1)
+                ]
+            )
+            for rate, point in ((3e-4, "lr3e-4"), (1e-2, "lr1e-2"))
+        }
+        assert check["per_interface"][interface]["chosen"] == min(means, key=means.get)
+    (own,) = check["comparisons"]["own"]
+    assert (own["a"], own["b"], own["point"]) == ("learned", "canonical", "own best rate")
+    assert len(check["comparisons"]["shared"]) == 1
+    markdown = (tmp_path / "sweep" / "report.md").read_text()
+    assert "## Learning rate per interface" in markdown and "at each interface's own rate" in markdown

@@ -444,7 +444,8 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     per_document = "validation" not in spec.tasks or "per_document" in results["tasks"].get("validation", {})
     examples = (run.directory / RUN_FILES["examples"]).exists()
     selection = (
-        not (run.recipe.get("data") or {}).get("select_every") or (run.directory / SELECTION_FILE).exists()
+        not (run.recipe.get("data") or {}).get("select_every")
+        or (run.directory / RUN_FILES["selection"]).exists()
     )
     return "done" if current and per_document and examples and selection else "trained"
 
@@ -543,7 +544,7 @@ def start_branch(run: RunPlan) -> bool:
     if metrics.exists():  # the trainer cuts it back to the branch step
         shutil.copyfile(metrics, run.directory / RUN_FILES["metrics"])
     write_json_atomic(
-        run.directory / BRANCH_FILE,
+        run.directory / RUN_FILES["branch"],
         {
             "trunk": run.branch.trunk,
             "trunk_dir": os.path.relpath(run.branch.directory, run.directory),
@@ -554,9 +555,6 @@ def start_branch(run: RunPlan) -> bool:
     )
     staging.rename(root / source.name)
     return True
-
-
-BRANCH_FILE = "branch.json"  # in a branch's run directory: where its training started
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -651,12 +649,9 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
     results.update(limit=spec.limit, val_limit=spec.val_limit)
     select_every = (run.recipe.get("data") or {}).get("select_every") or 0
     if select_every:
-        write_json_atomic(run.directory / SELECTION_FILE, score_selection(run, select_every, spec))
+        write_json_atomic(run.directory / RUN_FILES["selection"], score_selection(run, select_every, spec))
     write_json_atomic(run.directory / RUN_FILES["eval"], results)
     return results
-
-
-SELECTION_FILE = "selection.json"  # the loss on the selection split, which a learning-rate grid chooses by
 
 
 def score_selection(run: RunPlan, select_every: int, spec: EvalSpec) -> dict[str, Any]:

@@ -4,6 +4,7 @@ A run directory (written by ``tablefree.train.trainer.train``, plus the sweep's 
 
     RUN/config.yaml  metrics.jsonl  summary.json  checkpoints/      # the trainer's
     RUN/eval.json  eval_examples.jsonl  status.json  [error.txt]     # the sweep's (tablefree.compare)
+    RUN/[selection.json]  [branch.json]    # the selection-split loss; where a budget branch started
 
 A sweep directory (``tablefree.compare.run_sweep``)::
 
@@ -37,6 +38,8 @@ RUN_FILES = {
     "examples": "eval_examples.jsonl",
     "status": "status.json",
     "error": "error.txt",
+    "selection": "selection.json",  # data.select_every: the loss on the held-out training windows
+    "branch": "branch.json",  # a budget branch: the trunk run and step it started from
 }
 # The trainer's in-training validation *estimate* (a few batches, every val_every steps) in metrics.jsonl and
 # summary.json; newest name first. The evaluation over the whole validation split is eval.json's

@@ -19,7 +19,7 @@ import numpy as np
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
 from tablefree.fileio import write_json_atomic, write_text_atomic
-from tablefree.report import comparison
+from tablefree.report import comparison, tuning
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
@@ -90,6 +90,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
             "comparisons": comps,
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
+            "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),
         },
         "config": config,
         "train_config": _train_config(runs),

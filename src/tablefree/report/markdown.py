@@ -23,6 +23,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _statistics(report),
         _gap(report),
         _grid(report),
+        _learning_rate(report),
         _figures(report),
         _analysis(report),
         _runs(report),
@@ -283,6 +284,73 @@ def _grid(report: dict[str, Any]) -> str:
         )
         lines.append(f"| {row['point']} | " + " | ".join(cells) + f" | {gaps} |")
     return "\n".join(lines)
+
+
+def _learning_rate(report: dict[str, Any]) -> str:
+    checks = report["statistics"].get("learning_rate") or []
+    if not checks:
+        return ""
+    lines = ["## Learning rate per interface"]
+    for check in checks:
+        rates = check["rates"]
+        lines += [
+            "",
+            f"Grid points {', '.join(check['points'])}. Each interface's rate is chosen on "
+            f"{check['selection']['description']}: the mean over seeds, lowest wins. The verdict's validation "
+            "split is not used for the choice"
+            + (
+                "." if check["selection"]["disjoint_from_verdict"] else " apart from what the estimate reads."
+            ),
+            "",
+            "| interface | " + " | ".join(f"lr {fmt(rate, 2)}" for rate in rates) + " | chosen |",
+            "|---|" + "---|" * len(rates) + "---|",
+        ]
+        for interface, cell in check["per_interface"].items():
+            values = []
+            for rate in rates:
+                entry = cell["rates"].get(rate)
+                values.append(
+                    "–"
+                    if entry is None
+                    else f"{entry['mean']:.4f}"
+                    + (f" ± {entry['std']:.4f}" if entry["std"] is not None else "")
+                    + f" ({entry['n']} seeds)"
+                )
+            edge = " (at the grid's edge: the best rate may lie beyond it)" if cell["at_edge"] else ""
+            lines.append(
+                f"| {interface} | " + " | ".join(values) + f" | **{fmt(cell['chosen'], 2)}**{edge} |"
+            )
+        shared = check["shared_rate"]
+        if shared is None:
+            continue
+        lines += [
+            "",
+            f"Each pair's validation-loss gap at the best shared rate ({fmt(shared, 2)}, lowest mean over the "
+            "interfaces) and with each interface at its own chosen rate (Holm over the pairs within each column):",
+            "",
+            "| pair | at the shared rate | at each interface's own rate |",
+            "|---|---|---|",
+        ]
+        own = {(c["a"], c["b"]): c for c in check["comparisons"]["own"]}
+        for c in check["comparisons"]["shared"]:
+            tuned = own.get((c["a"], c["b"]))
+            rate_a = fmt(check["per_interface"][c["a"]]["chosen"], 2)
+            rate_b = fmt(check["per_interface"][c["b"]]["chosen"], 2)
+            lines.append(
+                f"| {c['a']} − {c['b']} | {_gap_cell(c)} | "
+                + (
+                    "–"
+                    if tuned is None
+                    else f"{_gap_cell(tuned)} ({c['a']} at {rate_a}, {c['b']} at {rate_b})"
+                )
+                + " |"
+            )
+    return "\n".join(lines)
+
+
+def _gap_cell(c: dict[str, Any]) -> str:
+    interval = f" [{fmt(c['low'])}, {fmt(c['high'])}]" if c["low"] is not None else ""
+    return f"{fmt(c['estimate'])}{interval}, {c['verdict']} ({c['seeds']} seeds)"
 
 
 def _figures(report: dict[str, Any]) -> str:
