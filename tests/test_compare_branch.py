@@ -228,3 +228,28 @@ def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> N
     assert len(check["comparisons"]["shared"]) == 1
     markdown = (tmp_path / "sweep" / "report.md").read_text()
     assert "## Learning rate per interface" in markdown and "at each interface's own rate" in markdown
+    # the regime beside the papers': this sweep's rows first (its learned model has 8 steps of 256 tokens)
+    rows = result["report"]["regime"]
+    assert [row["study"].split(" ")[0] for row in rows] == ["this", "this", "1.7B", "earlier"]
+    assert rows[0]["tokens"] == 8 * 256 and rows[0]["code_bits"] == 9  # V = 512
+    assert "## Regime" in markdown
+
+
+def test_the_papers_regime_is_their_published_shape(tmp_path: Path) -> None:
+    """The 1.7B study: V = 49,152, d = 2048, untied head; the table is 100,663,296 of 1,812,039,680 parameters."""
+    from tablefree.report.regime import regime
+
+    class Learned:  # one finished learned run of 1M tokens on a 1,000-parameter model with V = 64, d = 8
+        interface, point, seed, state = "learned", "", 0, "done"
+        eval = {"tasks": {}}
+        summary = {"tokens_seen": 1_000_000, "params": {"learned_total": 1_000}}
+
+    run = Learned()
+    run.directory = tmp_path
+    (tmp_path / "config.yaml").write_text("model: {vocab_size: 64, d_model: 8}\n")
+    rows = regime([run], [""])
+    assert rows[0]["tokens_per_param"] == 1_000 and rows[0]["table_share"] == 64 * 8 / 1_000
+    paper = rows[1]
+    assert paper["table_share"] == 100_663_296 / 1_812_039_680
+    assert paper["tokens_per_param"] == 100e9 / 1_812_039_680
+    assert (paper["code_bits"], paper["d_model"]) == (16, 2048)

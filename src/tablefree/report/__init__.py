@@ -19,7 +19,7 @@ import numpy as np
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
 from tablefree.fileio import write_json_atomic, write_text_atomic
-from tablefree.report import comparison, tuning
+from tablefree.report import comparison, regime, tuning
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
@@ -84,6 +84,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
         "runs": [_run_row(run) for run in runs],
         "headlines": comparison.headlines(runs),
         "baseline": comparison.unigram_baseline(runs),
+        "regime": regime.regime(runs, points),
         "statistics": {
             "method": stats.__doc__,
             "bootstrap_replicates": n_boot,

@@ -19,6 +19,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _verdict(report),
         _baseline(report),
         _params(report),
+        _regime(report),
         _metrics(report),
         _statistics(report),
         _gap(report),
@@ -283,6 +284,28 @@ def _grid(report: dict[str, Any]) -> str:
             for g in row["gaps"]
         )
         lines.append(f"| {row['point']} | " + " | ".join(cells) + f" | {gaps} |")
+    return "\n".join(lines)
+
+
+def _regime(report: dict[str, Any]) -> str:
+    rows = report.get("regime") or []
+    if not rows:
+        return ""
+    lines = [
+        "## Regime",
+        "",
+        "Where this sweep sits beside the studies it follows (parameters of the learned model, table included). "
+        "Gaps measured here need not hold where these numbers differ by orders of magnitude.",
+        "",
+        "| | training tokens | trainable parameters | tokens per parameter | table share | K / d |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['study']} | {human(row['tokens'])} | {human(row['params_learned'])} | "
+            f"{row['tokens_per_param']:.3g} | {100 * row['table_share']:.1f}% | "
+            f"{row['code_bits']} / {row['d_model']} = {100 * row['bits_per_width']:.1f}% |"
+        )
     return "\n".join(lines)
 
 
