@@ -239,14 +239,18 @@ def test_the_papers_regime_is_their_published_shape(tmp_path: Path) -> None:
     """The 1.7B study: V = 49,152, d = 2048, untied head; the table is 100,663,296 of 1,812,039,680 parameters."""
     from tablefree.report.regime import regime
 
-    class Learned:  # one finished learned run of 1M tokens on a 1,000-parameter model with V = 64, d = 8
-        interface, point, seed, state = "learned", "", 0, "done"
-        eval = {"tasks": {}}
-        summary = {"tokens_seen": 1_000_000, "params": {"learned_total": 1_000}}
+    from tablefree.rundir import Run
 
-    run = Learned()
-    run.directory = tmp_path
+    # one finished learned run of 1M tokens on a 1,000-parameter model with V = 64, d = 8
     (tmp_path / "config.yaml").write_text("model: {vocab_size: 64, d_model: 8}\n")
+    run = Run(
+        "learned",
+        0,
+        tmp_path,
+        status={"state": "done"},
+        summary={"tokens_seen": 1_000_000, "params": {"learned_total": 1_000}},
+        eval={"tasks": {}},
+    )
     rows = regime([run], [""])
     assert rows[0]["tokens_per_param"] == 1_000 and rows[0]["table_share"] == 64 * 8 / 1_000
     paper = rows[1]
