@@ -238,7 +238,6 @@ def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> N
 def test_the_papers_regime_is_their_published_shape(tmp_path: Path) -> None:
     """The 1.7B study: V = 49,152, d = 2048, untied head; the table is 100,663,296 of 1,812,039,680 parameters."""
     from tablefree.report.regime import regime
-
     from tablefree.rundir import Run
 
     # one finished learned run of 1M tokens on a 1,000-parameter model with V = 64, d = 8
