@@ -39,13 +39,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tablefree
+from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
+from tablefree.interfaces.options import InterfaceConfig
 from tablefree.model import TablefreeLM
-from tablefree.model_config import InterfaceConfig, ModelConfig
-from tablefree.model_files import META_FILE, MODEL_FILE, TOKENIZER_FILE, empty_model, load_model, save_model
+from tablefree.model_config import ModelConfig
 from tablefree.safetensors_header import TensorInfo, is_count, read_safetensors_header
 
 EXPORT_FORMATS = ("hf",)

@@ -296,7 +296,7 @@ def _name_seed(seed: int, name: str) -> int:
 def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
     """Build and initialise a model (on ``device``; "meta" builds it without allocating memory).
 
-    Interface seeds left to the training seed (``affine_seed: null``) are set to ``seed``; ``model.config``
+    Interface seeds left to the training seed (``seed: null``) are set to ``seed``; ``model.config``
     holds the resolved config."""
     config = config.resolve_seed(seed)
     with torch.device(device or "cpu"):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tablefree import fileio
+from tablefree.compat import FINAL_ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
 
 SWEEP_CONFIG = "compare.yaml"
@@ -39,10 +40,9 @@ RUN_FILES = {
     "error": "error.txt",
 }
 # The trainer's in-training validation *estimate* (a few batches, every val_every steps) in metrics.jsonl and
-# summary.json; newest name first. The evaluation over the whole validation split is eval.json's
-# tasks.validation, a different number: the report never mixes the two.
-ESTIMATE_KEYS = ("val_loss_estimate", "val_loss")
-FINAL_ESTIMATE_KEYS = ("final_val_loss_estimate", "final_val_loss")
+# summary.json is read under ESTIMATE_KEYS / FINAL_ESTIMATE_KEYS (tablefree.compat: newest name first). The
+# evaluation over the whole validation split is eval.json's tasks.validation, a different number: the report
+# never mixes the two.
 
 
 @dataclass

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.model_dir import load_model
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
@@ -30,7 +32,6 @@ from tablefree.evaluate.tasks import (
     task_files,
 )
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
-from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.precision import choose_precision
 
 VALIDATION = "validation"
