@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 
 from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, to_dict
-from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
-from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, read_json, run_directory, run_name
+from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, run_directory, run_name
 
 
 @dataclass
@@ -305,10 +305,10 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
 
 def run_state(run: RunPlan, spec: EvalSpec) -> str:
     """``done`` (trained, and evaluated on every task with the same limit), ``trained`` or ``todo``."""
-    summary = read_json(run.directory / RUN_FILES["summary"])
+    summary = read_json(run.directory / RUN_FILES["summary"], default=None)
     if not (summary and summary.get("completed")):
         return "todo"
-    results = read_json(run.directory / RUN_FILES["eval"]) or {}
+    results = read_json(run.directory / RUN_FILES["eval"], default=None) or {}
     evaluated = set(results.get("tasks", {}))
     limits = (results.get("limit"), results.get("val_limit"))
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
@@ -355,7 +355,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
 def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, log) -> str:
     """Train (unless trained) and evaluate one run; a failure is recorded, not raised (KeyboardInterrupt is)."""
     run.directory.mkdir(parents=True, exist_ok=True)
-    status = read_json(run.directory / RUN_FILES["status"]) or {}
+    status = read_json(run.directory / RUN_FILES["status"], default=None) or {}
     status.update(state="running", started=_now(), error=None)
     write_json_atomic(run.directory / RUN_FILES["status"], status)
     (run.directory / RUN_FILES["error"]).unlink(missing_ok=True)
@@ -431,7 +431,7 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
             sys.stdout.write(line)
             log_file.write(line)
         code = process.wait()
-    summary = read_json(run.directory / RUN_FILES["summary"])
+    summary = read_json(run.directory / RUN_FILES["summary"], default=None)
     if code != 0 and not (summary and str(summary.get("stop_reason", "")).startswith("stopped by")):
         raise RuntimeError(f"torchrun exited with status {code}; see {log_path}")
     if summary is None:

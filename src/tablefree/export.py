@@ -273,7 +273,7 @@ def export_hf(
 def source_provenance(source: Path) -> dict[str, Any]:
     """Where an export came from, without the local path: the run's name, the checkpoint's, the training
     position, and the hashes that identify the weights and the tokenizer."""
-    meta = _read_json(source / META_FILE)
+    meta = read_json(source / META_FILE, default={})
     run = source.parent.parent.name if source.parent.name == "checkpoints" else source.name
     return {
         "source_run": run,
@@ -403,13 +403,6 @@ def _position(provenance: dict[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return read_json(path)
-    except FileNotFoundError:
-        return {}
-
-
 def _transformers_version() -> dict[str, str]:
     """``{"transformers_version": ...}`` of the installed transformers; nothing when it is not installed."""
     try:
@@ -471,10 +464,9 @@ def load_tensors(headers: dict[str, TensorInfo]) -> dict[str, torch.Tensor]:
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:
-    try:
-        data = read_json(path)
-    except (RecursionError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: unreadable JSON ({type(error).__name__})") from None
+    data = read_json(
+        path
+    )  # malformed JSON, undecodable bytes and deep nesting are ValueErrors naming the file
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
     return data

@@ -98,14 +98,6 @@ def run_directory(sweep_dir: str | Path, interface: str, seed: int, point: str =
     return Path(sweep_dir) / RUNS_DIR / run_name(interface, seed, point)
 
 
-def read_json(path: str | Path) -> Any:
-    """The JSON in ``path``, or None when the file does not exist (malformed JSON is an error naming it)."""
-    try:
-        return fileio.read_json(path)
-    except FileNotFoundError:
-        return None
-
-
 def read_jsonl(path: str | Path) -> list[dict]:
     """The records of a JSONL file ([] when it does not exist). A malformed last line is a record torn by an
     interrupted run and is dropped; a malformed line anywhere else is an error naming the file and line."""
@@ -166,9 +158,9 @@ def find_runs(sweep_dir: str | Path) -> list[Run]:
                 seed=int(seed),
                 directory=directory,
                 point=point,
-                status=read_json(directory / RUN_FILES["status"]) or {},
-                summary=read_json(directory / RUN_FILES["summary"]),
-                eval=read_json(directory / RUN_FILES["eval"]),
+                status=fileio.read_json(directory / RUN_FILES["status"], default=None) or {},
+                summary=fileio.read_json(directory / RUN_FILES["summary"], default=None),
+                eval=fileio.read_json(directory / RUN_FILES["eval"], default=None),
             )
         )
     return runs

@@ -7,7 +7,6 @@ weights (full or sharded), so a check of what is read belongs in it.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from tablefree.checkpoint.layout import (
 )
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.device import resolve_device
-from tablefree.fileio import read_json, write_json_atomic
+from tablefree.fileio import atomic_path, read_json, write_json_atomic
 from tablefree.model import TablefreeLM
 from tablefree.model_config import ModelConfig
 from tablefree.safetensors_header import check_model_weights
@@ -58,9 +57,8 @@ def save_model_files(
 
 def write_safetensors_atomic(path: Path, state: dict[str, torch.Tensor]) -> None:
     """A safetensors file written under a hidden temporary name and renamed into place."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt"})
 
 
 def mark_complete(directory: str | Path) -> None:

@@ -32,9 +32,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from tablefree.interfaces.options import OPTIONS, InterfaceConfig, parse_interface_options
+from tablefree.interfaces.options import INTERFACES, InterfaceConfig, parse_interface_options
 
-INTERFACES: dict[str, type[InputInterface]] = {}
 TABLE_CHUNK = 4096  # ids per forward when materialising a table (bounds the memory of large-d tables)
 
 Interface = TypeVar("Interface", bound=type["InputInterface"])
@@ -125,7 +124,6 @@ def register_interface(name: str) -> Callable[[Interface], Interface]:
             raise ValueError(f"input interface {name!r} is already registered ({INTERFACES[name].__name__})")
         cls.name = name
         INTERFACES[name] = cls
-        OPTIONS[name] = cls.Options
         return cls
 
     return decorate

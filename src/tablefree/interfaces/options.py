@@ -15,7 +15,9 @@ from typing import Any
 from tablefree.compat import interface_option_keys
 from tablefree.config_parsing import from_dict
 
-OPTIONS: dict[str, type[InterfaceConfig]] = {}  # interface name -> its options dataclass (register_interface)
+# The registry: interface name -> its InputInterface class, whose ``Options`` is its options dataclass (filled by
+# ``base.register_interface``; typed loosely here, below the module that defines the class).
+INTERFACES: dict[str, Any] = {}
 
 
 @dataclass
@@ -57,9 +59,9 @@ def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 
 def options_class(name: Any, where: str = "model.interface.name") -> type[InterfaceConfig]:
-    if not isinstance(name, str) or name not in OPTIONS:
-        raise ValueError(f"{where}: unknown interface {name!r}; expected one of {sorted(OPTIONS)}")
-    return OPTIONS[name]
+    if not isinstance(name, str) or name not in INTERFACES:
+        raise ValueError(f"{where}: unknown interface {name!r}; expected one of {sorted(INTERFACES)}")
+    return INTERFACES[name].Options
 
 
 def option_names(options: type[InterfaceConfig]) -> list[str]:
@@ -106,10 +108,9 @@ def _options_from_dict(options: type[InterfaceConfig], data: dict[str, Any], whe
 def _check_foreign_option(key: str, value: Any, name: str, own: list[str], where: str) -> None:
     """An option ``name`` does not take must be a valid option of some other interface (so a typo in its
     name or value is still an error), and is then ignored."""
-    owner = next((o for n, o in OPTIONS.items() if key in option_names(o)), None)
+    owner = next((cls for cls in INTERFACES.values() if key in option_names(cls.Options)), None)
     if owner is None:
         raise ValueError(
             f"{where}.{key}: no interface has the option {key!r}; {name!r} takes {own or 'no options'}"
         )
-    owner_name = next(n for n, o in OPTIONS.items() if o is owner)
-    _options_from_dict(owner, {"name": owner_name, key: value}, where)
+    _options_from_dict(owner.Options, {"name": owner.name, key: value}, where)

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
+from tablefree.compat import ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
-from tablefree.rundir import ESTIMATE_KEYS, RUN_FILES, Run, first_number, read_jsonl
+from tablefree.rundir import RUN_FILES, Run, first_number, read_jsonl
 
 INTERFACE_ORDER = ["learned", "canonical", "affine"]
 VALIDATION = "validation"

@@ -10,7 +10,6 @@ is named ``val_loss_estimate`` everywhere, apart from the evaluation over the wh
 from __future__ import annotations
 
 import json
-import math
 import resource
 import sys
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from tablefree.fileio import write_text_atomic
+from tablefree.fileio import strict_json, write_text_atomic
 from tablefree.hardware import Ceiling
 from tablefree.model_config import ModelConfig
 from tablefree.params import ParamBreakdown, param_breakdown
@@ -45,18 +44,6 @@ def flops_per_token(model_config: ModelConfig, seq_len: int) -> int:
     return 6 * non_embedding + 12 * c.n_layers * c.n_heads * c.head_dim * seq_len
 
 
-def finite_or_null(value: Any) -> Any:
-    """``value`` with every NaN/inf float replaced by None: strict JSON has no NaN, and a bare ``NaN`` in
-    metrics.jsonl or summary.json breaks other readers."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: finite_or_null(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_null(item) for item in value]
-    return value
-
-
 class MetricsLog:
     """metrics.jsonl (appended, one flushed line per record) and TensorBoard when it is installed."""
 
@@ -76,7 +63,7 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        record = finite_or_null(record)
+        record = strict_json(record)
         self.handle.write(json.dumps(record, allow_nan=False) + "\n")
         self.handle.flush()
         if self.tensorboard is not None:
@@ -97,7 +84,7 @@ def truncate_metrics(path: Path, after_step: int) -> None:
     if not path.exists():
         return
     kept = [record for record in read_jsonl(path) if record.get("step", 0) <= after_step]
-    write_text_atomic(path, "".join(json.dumps(finite_or_null(r), allow_nan=False) + "\n" for r in kept))
+    write_text_atomic(path, "".join(json.dumps(strict_json(r), allow_nan=False) + "\n" for r in kept))
 
 
 @dataclass(frozen=True)

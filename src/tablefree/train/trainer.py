@@ -43,7 +43,7 @@ from tablefree.checkpoint.training import non_finite_parameters
 from tablefree.config_parsing import to_dict
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.loader import Dataset, TokenLoader
-from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
@@ -59,7 +59,6 @@ from tablefree.train.metrics import (
     StepResult,
     describe_end,
     describe_run,
-    finite_or_null,
     flops_per_token,
     peak_memory_gb,
     truncate_metrics,
@@ -480,7 +479,9 @@ class Trainer:
         """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
         state = self.state
         state.wall_time_s = self.wall_time_s()
-        if self.config.checkpoint_format == "none":  # benchmarks: a 1.7B checkpoint is 21 GB and a minute
+        if (
+            self.config.checkpoint_format == "none"
+        ):  # benchmarks: a large model's checkpoint is not worth its write
             self.saved_at = state.step
             return None
         poisoned = non_finite_parameters(self.model)  # each rank checks its own shards
@@ -562,7 +563,7 @@ class Trainer:
 
     def _write_summary(self, summary: dict[str, Any]) -> None:
         if self.info.is_main:
-            write_json_atomic(self.run_dir / SUMMARY_FILE, finite_or_null(summary))
+            write_json_atomic(self.run_dir / SUMMARY_FILE, strict_json(summary))
 
     def _print_done(self, summary: dict[str, Any]) -> None:
         if self.info.is_main:
