@@ -39,7 +39,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tablefree
-from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
 from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
@@ -274,9 +274,8 @@ def source_provenance(source: Path) -> dict[str, Any]:
     """Where an export came from, without the local path: the run's name, the checkpoint's, the training
     position, and the hashes that identify the weights and the tokenizer."""
     meta = read_json(source / META_FILE, default={})
-    run = source.parent.parent.name if source.parent.name == "checkpoints" else source.name
     return {
-        "source_run": run,
+        "source_run": run_name_of(source),
         "source_checkpoint": source.name,
         "source_weights_sha256": sha256_file(source / MODEL_FILE),
         "step": meta.get("step"),

@@ -1,8 +1,9 @@
-"""The files of a run directory and of a sweep directory: one place that knows the layout.
+"""The names of a run directory's and a sweep directory's files (a run's ``checkpoints/`` are
+``tablefree.checkpoint``'s), finding a sweep's runs, and the one JSONL reader.
 
 A run directory (written by ``tablefree.train.trainer.train``, plus the sweep's own files)::
 
-    RUN/config.yaml  metrics.jsonl  summary.json  checkpoints/      # the trainer's
+    RUN/config.yaml  config_changes.json  metrics.jsonl  summary.json  checkpoints/   # the trainer's
     RUN/eval.json  eval_examples.jsonl  status.json  [error.txt]     # the sweep's (tablefree.compare)
 
 A sweep directory (``tablefree.compare.run_sweep``)::
