@@ -256,6 +256,15 @@ class Trainer:
                     f"resumed from {self.resumed_from} (step {self.state.step}, {self.state.tokens_seen:,} tokens)",
                     flush=True,
                 )
+        self.step_log = StepLog(
+            self.metrics,
+            self.plan,
+            config.log_every,
+            self.flops_per_token,
+            self.ceiling.flops,
+            info,
+            start_step=self.state.step,
+        )
 
     def _write_run_files(self) -> None:
         """config.yaml (a resumed run keeps its recorded recipe; changes go to config_changes.json) and
@@ -275,15 +284,6 @@ class Trainer:
         state, total_steps = self.state, self.plan.total_steps
         stop = StopSignal()
         kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0"))
-        self.step_log = StepLog(
-            self.metrics,
-            self.plan,
-            self.config.log_every,
-            self.flops_per_token,
-            self.ceiling.flops,
-            self.info,
-            start_step=state.step,
-        )
         stop_reason = "completed"
         self.train_model.train()
         try:
