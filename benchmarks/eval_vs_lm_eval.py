@@ -38,13 +38,13 @@ from lm_eval.tasks import TaskManager
 from torch.nn.modules.module import register_module_forward_hook
 
 from tablefree import build_model, preset
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.corpus import Corpus
 from tablefree.data.tokenizer import tokenizer_hash, train_tokenizer_from_texts
 from tablefree.evaluate import run_eval
 from tablefree.evaluate.lm_eval_adapter import write_local_tasks
 from tablefree.export import export_hf
-from tablefree.model_files import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

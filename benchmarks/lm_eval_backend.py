@@ -19,9 +19,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from lm_eval.models.huggingface import HFLM
 
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.data.tokenizer import save_tokenizer
 from tablefree.export import export_hf
-from tablefree.model_files import save_model
 
 _EXPORTS: dict[int, Path] = {}  # id(model) -> exported directory
 _LOADED: dict[tuple[int, int], HFLM] = {}  # (id(model), batch size) -> lm-eval model

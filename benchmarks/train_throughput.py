@@ -155,20 +155,20 @@ def run_reference(args: argparse.Namespace) -> dict:
 
 def run_ours(args: argparse.Namespace, variant: str) -> dict:
     from tablefree.config_parsing import apply_overrides, from_dict
-    from tablefree.train import trainer
+    from tablefree.train import metrics, trainer
     from tablefree.train.recipe import TrainConfig
 
     # CPU time per step: stamp process_time at every metrics record (log_every=1: one per step, written right
     # after the step's timer stops, so consecutive differences are the steps' CPU times).
     cpu_stamps = []
-    write = trainer.MetricsLog.write
+    write = metrics.MetricsLog.write
 
     def stamped_write(self, record):
         if "train_loss" in record:
             cpu_stamps.append(time.process_time())
         write(self, record)
 
-    trainer.MetricsLog.write = stamped_write
+    metrics.MetricsLog.write = stamped_write
     interface, variant_overrides = {**VARIANTS, **COMPILED_VARIANTS}[variant]
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import torch
 
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.data.tokenizer import tokenizer_hash, train_tokenizer_from_texts
 from tablefree.model import TablefreeLM, build_model
 from tablefree.model_config import ModelConfig
-from tablefree.model_files import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 

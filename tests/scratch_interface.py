@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from tablefree.interfaces import INTERFACES, InputInterface, check_token_ids, register_interface
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.options import InterfaceConfig
 
 
 @dataclass

@@ -20,9 +20,9 @@ from tablefree.analysis import (
     probe_code_bits,
     run_analysis,
 )
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main
 from tablefree.data.tokenizer import tokenizer_hash
-from tablefree.model_files import save_model
 from train_helpers import make_dataset
 
 VOCAB = 96

@@ -4,13 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tablefree.model_files import (
-    COMPLETE_MARKER,
-    CONFIG_FILE,
-    complete_steps,
-    read_model_config,
-    resolve_checkpoint,
-)
+from tablefree.checkpoint.layout import COMPLETE_MARKER, CONFIG_FILE, complete_steps, resolve_checkpoint
+from tablefree.checkpoint.model_dir import read_model_config
 
 
 def test_malformed_config_names_the_file_and_line(tmp_path: Path) -> None:
@@ -36,23 +31,21 @@ def test_one_device_resolver_serves_training_loading_and_lm_eval(monkeypatch) ->
     import torch
 
     from tablefree.device import resolve_device
-    from tablefree.evaluate.lm_eval_adapter import resolve_device as adapter_device
-    from tablefree.model_files import usable_device
-    from tablefree.train.parallelize import pick_device
+    from tablefree.train.parallelize import init_distributed
 
-    assert resolve_device("cpu") == usable_device("cpu") == pick_device("cpu") == torch.device("cpu")
+    assert resolve_device("cpu") == init_distributed("cpu").device == torch.device("cpu")
     with pytest.raises(ValueError, match="'bogus': not a torch device"):
         resolve_device("bogus")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    for resolver in (resolve_device, usable_device, pick_device):
-        with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
-            resolver("cuda:1")
-        assert resolver("auto") == torch.device("cpu")
-    assert resolve_device("cuda", fallback_to_cpu=True) == torch.device("cpu")
-    assert adapter_device("cuda:0") == "cpu"
+    with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
+        resolve_device("cuda:1")
+    with pytest.raises(ValueError, match="cuda:1: CUDA is not available"):
+        init_distributed("cuda:1")
+    assert resolve_device("auto") == init_distributed("auto").device == torch.device("cpu")
+    assert resolve_device("cuda", fallback_to_cpu=True) == torch.device("cpu")  # the lm-eval adapter's
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert pick_device("auto", local_rank=3) == torch.device("cuda", 3)  # torchrun's local rank
-    assert pick_device("cuda:1", local_rank=3) == torch.device("cuda", 1)  # an explicit index wins
+    assert resolve_device("auto", local_rank=3) == torch.device("cuda", 3)  # torchrun's local rank
+    assert resolve_device("cuda:1", local_rank=3) == torch.device("cuda", 1)  # an explicit index wins
     assert resolve_device(None) == torch.device("cuda")
 
 

@@ -49,9 +49,9 @@ def test_print_config_validates_before_printing(capsys) -> None:
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "unknown interface 'canonicl'" in captured.err
-    config = print_config(capsys, "model.interface.affine_seed=3", "model.interface=affine")
+    config = print_config(capsys, "model.interface.seed=3", "model.interface=affine")
     assert config["model"]["interface"]["name"] == "affine"
-    assert config["model"]["interface"]["affine_seed"] == 3
+    assert config["model"]["interface"]["seed"] == 3
 
 
 def test_a_command_line_typo_is_not_blamed_on_the_file(capsys) -> None:

@@ -455,7 +455,7 @@ def test_one_seed_results_show_no_spread() -> None:
 
 
 def test_human_token_counts() -> None:
-    from tablefree.report.comparison import human
+    from tablefree.units import human
 
     assert [human(v) for v in (470_016, 2_500_000, 163_840, 24_576, 1_000_000, 512)] == [
         "470k",
@@ -465,3 +465,5 @@ def test_human_token_counts() -> None:
         "1M",
         "512",
     ]
+    # the trainer's console lines: fixed decimals
+    assert [human(v, 2) for v in (4096, 40_960, 1.5e12, 512)] == ["4.10k", "40.96k", "1.50T", "512"]

@@ -199,7 +199,9 @@ def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> N
     from tablefree.data.prepare import prepare_dataset
 
     corpus = tmp_path / "topics.jsonl"
-    corpus.write_text("".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8")
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
     data = tmp_path / "data"
     prepare_dataset(corpus, data, vocab_size=512, val_fraction=0.1, workers=1, progress=False)
     config = branched(tmp_path, data)

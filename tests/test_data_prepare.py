@@ -16,7 +16,7 @@ import pytest
 
 from tablefree.cli import main
 from tablefree.data.loader import TokenLoader, split_shards
-from tablefree.data.prepare import STATE_FILE, HubSource, check_dataset_tokenizer, prepare_dataset
+from tablefree.data.prepare import STATE_FILE, HubSource, prepare_dataset, verify_dataset_tokenizer
 from tablefree.data.shards import open_shard, read_header
 from tablefree.data.tokenizer import eot_id, load_tokenizer, tokenizer_hash, train_tokenizer_from_texts
 
@@ -150,8 +150,8 @@ def test_tokenizer_mismatch_is_an_error(jsonl_corpus, tokenizer_path, tmp_path) 
     with pytest.raises(ValueError, match="tokenizer mismatch"):
         prepare_dataset(root, out, tokenizer=other, workers=1, shard_tokens=5000, progress=False)
     with pytest.raises(ValueError, match="tokenizer mismatch"):
-        check_dataset_tokenizer(out, other)
-    check_dataset_tokenizer(out, tokenizer_path)
+        verify_dataset_tokenizer(out, other)
+    verify_dataset_tokenizer(out, tokenizer_path)
     with pytest.raises(ValueError, match="other inputs or settings"):
         prepare_dataset(root, out, tokenizer=tokenizer_path, workers=1, shard_tokens=4000, progress=False)
 

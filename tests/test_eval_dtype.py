@@ -11,10 +11,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree import build_model, preset
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main as cli_main
 from tablefree.data.tokenizer import tokenizer_hash
 from tablefree.evaluate import run_eval
-from tablefree.model_files import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 # A flipped prediction is a near-tie when fp32's two log-likelihoods differ by less than this (nats). bf16

@@ -21,6 +21,7 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree import build_model, preset
+from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main as cli_main
 from tablefree.data.shards import write_shard
 from tablefree.data.tokenizer import tokenizer_hash
@@ -43,7 +44,6 @@ from tablefree.evaluate.metrics import (
 )
 from tablefree.evaluate.tasks import build_requests, lambada_split
 from tablefree.evaluate.validation import token_byte_lengths
-from tablefree.model_files import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LEN = 128

@@ -17,12 +17,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tablefree.data.loader import TokenLoader, read_manifest
+from tablefree.checkpoint import layout, training
+from tablefree.checkpoint.model_dir import read_model_config
+from tablefree.data.loader import Dataset, TokenLoader
 from tablefree.model import build_model
-from tablefree.model_files import read_model_config
-from tablefree.train import checkpoints, trainer
+from tablefree.train.checkpoints import restore
+from tablefree.train.optimizer import build_optimizer
 from tablefree.train.recipe import plan
-from tablefree.train.trainer import build_optimizer, check_dataset, restore_checkpoint, train
+from tablefree.train.resume import nothing_to_resume, verify_dataset_matches_run
+from tablefree.train.trainer import train
 from train_helpers import make_dataset, micro_config
 
 FILES = ("train_state.pt", "model.safetensors", "meta.json", "config.json", "tokenizer.json", "COMPLETE")
@@ -38,14 +41,14 @@ def pristine(tmp_path_factory):
     config = micro_config(data_dir, budget="2 steps", checkpoint_every=1, keep_last=0)
     run_dir = root / "run"
     train(config, run_dir)
-    newest = checkpoints.latest_checkpoint(run_dir)
+    newest = layout.latest_checkpoint(run_dir)
     model = build_model(read_model_config(newest))
     optimizer = build_optimizer(model, config)
     loader = TokenLoader.from_dir(data_dir, "train", 32, 4, seed=0)
     return {
         "run_dir": run_dir,
         "data_dir": data_dir,
-        "manifest": read_manifest(data_dir),
+        "dataset": Dataset.open(data_dir),
         "model": model,
         "optimizer": optimizer,
         "loader": loader,
@@ -78,7 +81,7 @@ def damage_bytes(path: Path, how: str, rng: random.Random) -> None:
 
 def edit_train_state(path: Path, how: str, rng: random.Random) -> None:
     state = torch.load(path, weights_only=True)
-    field = rng.choice([*checkpoints.TRAIN_STATE_FIELDS, "wall_time_s", "last_train_loss"])
+    field = rng.choice([*training.TRAIN_STATE_FIELDS, "wall_time_s", "last_train_loss"])
     if how == "missing_field":
         state.pop(field, None)
     elif how == "wrong_type":
@@ -178,14 +181,12 @@ def apply(checkpoint: Path, name: str, how: str, keep_digests: bool, rng: random
 def resume(run: dict, run_dir: Path):
     """What ``tablefree train --resume`` does with the checkpoints, before training: the dataset check, then
     the newest checkpoint that loads."""
-    if not checkpoints.complete_checkpoints(run_dir):  # as train() does first
-        raise FileNotFoundError(trainer.nothing_to_resume(run_dir))
-    check_dataset(run_dir, run["manifest"], run["data_dir"])
-    return checkpoints.load_newest(
+    if not layout.complete_checkpoints(run_dir):  # as train() does first
+        raise FileNotFoundError(nothing_to_resume(run_dir))
+    verify_dataset_matches_run(run_dir, run["dataset"])
+    return training.load_newest(
         run_dir,
-        lambda c: restore_checkpoint(
-            c, run["model"], run["optimizer"], run["loader"], run["manifest"], run["plan"]
-        ),
+        lambda c: restore(c, run["model"], run["optimizer"], run["loader"], run["dataset"], run["plan"]),
     )
 
 
@@ -208,7 +209,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
         run_dir = tmp_path / case
         shutil.copytree(pristine["run_dir"] / "checkpoints", run_dir / "checkpoints")
         rng = random.Random(f"{case}-{all_damaged}")
-        damaged = checkpoints.complete_checkpoints(run_dir)
+        damaged = layout.complete_checkpoints(run_dir)
         for checkpoint in damaged if all_damaged else damaged[-1:]:
             apply(checkpoint, name, how, keep_digests, rng)
         newest = damaged[-1]
@@ -217,7 +218,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
                 tensor.zero_()
         try:
             found = resume(pristine, run_dir)
-        except (checkpoints.CheckpointError, ValueError) as error:
+        except (layout.CheckpointError, ValueError) as error:
             assert names_a_file(str(error), newest), f"{case}: {error}"
             outcomes["error"] += 1
             continue
@@ -237,7 +238,7 @@ def test_every_damaged_checkpoint_falls_back_or_is_named(pristine, tmp_path, all
             # (with every checkpoint damaged, the older one's damage may have touched nothing it needs)
             assert checkpoint.name == "step_00000001", case
             assert restored_exactly(pristine, 1, state), case
-            if not checkpoints.is_complete(newest):  # no COMPLETE marker: not a checkpoint at all
+            if not layout.is_complete(newest):  # no COMPLETE marker: not a checkpoint at all
                 assert skipped == [] and (name, how) == ("COMPLETE", "delete"), case
             else:
                 assert [c for c, _ in skipped] == [newest] and names_a_file(str(skipped[0][1]), newest), case
@@ -261,4 +262,4 @@ def test_the_trainer_sets_a_damaged_checkpoint_aside_and_says_why(pristine, tmp_
     out = capsys.readouterr().out
     assert "--resume: skipped step_00000002:" in out and "train_state.pt: damaged after it was written" in out
     assert summary["completed"] and (run_dir / "checkpoints" / "damaged-step_00000002").is_dir()
-    assert trainer.has_checkpoints(run_dir)
+    assert layout.has_checkpoints(run_dir)

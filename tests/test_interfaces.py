@@ -5,7 +5,7 @@ import torch
 
 from tablefree.codes import AffineMap, ids_to_bits
 from tablefree.interfaces import INTERFACES, build_interface, parse_interface_options
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.options import InterfaceConfig
 
 
 def opts(**options) -> InterfaceConfig:
@@ -43,7 +43,7 @@ def test_signed_values() -> None:
 
 
 def test_affine_interface_matches_affine_map() -> None:
-    config = opts(name="affine", affine_seed=3)
+    config = opts(name="affine", seed=3)
     interface = build_interface(config, 1000, 20)
     k = interface.num_bits
     ids = torch.arange(1000)
@@ -67,8 +67,8 @@ def test_no_gradient_reaches_fixed_interface() -> None:
 
 
 def test_affine_state_reloads_and_singular_matrix_is_refused() -> None:
-    source = build_interface(opts(name="affine", affine_seed=11), 500, 32)
-    target = build_interface(opts(name="affine", affine_seed=0), 500, 32)
+    source = build_interface(opts(name="affine", seed=11), 500, 32)
+    target = build_interface(opts(name="affine", seed=0), 500, 32)
     target.load_state_dict(source.state_dict())
     ids = torch.arange(500)
     assert torch.equal(target(ids), source(ids))
@@ -94,7 +94,7 @@ def _reference_lifted(name: str, config: InterfaceConfig, vocab: int, d: int) ->
     k = num_bits(vocab)
     bits = ids_to_bits(torch.arange(vocab), k, config.bit_order)
     if name == "affine":
-        bits = AffineMap.from_seed(k, config.affine_seed).encode(bits)
+        bits = AffineMap.from_seed(k, config.seed).encode(bits)
     values = bits[:, lift_index(k, d, config.lift)].float()
     return values * 2 - 1 if config.values == "pm1" else values
 
@@ -105,7 +105,7 @@ def _reference_lifted(name: str, config: InterfaceConfig, vocab: int, d: int) ->
 @pytest.mark.parametrize("values", ["01", "pm1"])
 def test_fast_path_matches_reference_construction(name: str, lift: str, bit_order: str, values: str) -> None:
     vocab, d = 3000, 50  # K = 12: two byte tables, d not a multiple of K
-    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=5)
+    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, seed=5)
     out = build_interface(config, vocab, d)(torch.arange(vocab))
     assert torch.equal(out, _reference_lifted(name, config, vocab, d))
 
@@ -121,7 +121,7 @@ DISTINCTNESS_SHAPES = [(49_152, 100), (3000, 50), (1000, 10), (300, 13)]
 def test_every_id_gets_a_distinct_input(
     name: str, lift: str, bit_order: str, values: str, vocab: int, d: int
 ):
-    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, affine_seed=1)
+    config = opts(name=name, lift=lift, bit_order=bit_order, values=values, seed=1)
     interface = build_interface(config, vocab, d)
     table = interface(torch.arange(vocab))
     # Rows are distinct if the K-bit codes read back from one column per bit are (cheaper than unique rows).
@@ -184,9 +184,9 @@ def test_init_weights_initialises_parameters_never_interface_buffers(scratch) ->
 
 
 def test_a_new_interface_reloads_from_a_checkpoint_as_itself(scratch, tmp_path) -> None:
+    from tablefree.checkpoint.model_dir import load_model, save_model
     from tablefree.model import build_model
     from tablefree.model_config import ModelConfig
-    from tablefree.model_files import load_model, save_model
 
     config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64)
     config.interface = opts(name="scratch", scale=2.0)
@@ -219,16 +219,16 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
     """Checkpoints written before each interface had its own options hold all five fields, whatever the name."""
     import json
 
+    from tablefree.checkpoint.model_dir import load_model, save_model
     from tablefree.model import build_model
     from tablefree.model_config import ModelConfig
-    from tablefree.model_files import load_model, save_model
 
     model = build_model(
         ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, d_ff=64, interface=name)
     )
     save_model(tmp_path / "ck", model)
     saved = json.loads((tmp_path / "ck" / "config.json").read_text())
-    flat = {"name": name, "lift": "tile", "values": "01", "bit_order": "lsb", "affine_seed": 0}
+    flat = {"name": name, "lift": "tile", "values": "01", "bit_order": "lsb", "seed": 0}
     saved["model"]["interface"] = flat
     (tmp_path / "ck" / "config.json").write_text(json.dumps(saved))
     loaded, _ = load_model(tmp_path / "ck")
@@ -317,7 +317,7 @@ def test_gaussian_is_a_stateless_function_of_seed_and_id() -> None:
 def test_projected_is_the_code_times_a_trainable_map(code: str) -> None:
     from tablefree.codes import AffineMap, ids_to_bits
 
-    interface = build_interface(opts(name="projected", code=code, affine_seed=3, values="pm1"), 3000, 64)
+    interface = build_interface(opts(name="projected", code=code, seed=3, values="pm1"), 3000, 64)
     (weight,) = list(interface.parameters())
     assert weight.shape == (64, 12)  # K·d trainable parameters
     torch.nn.init.normal_(weight)
@@ -354,8 +354,7 @@ def test_interface_seeds_follow_the_training_seed(name: str) -> None:
     options = {"name": name, "code": "affine"} if name == "projected" else {"name": name}
     config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=4, interface=options)
     one, two = build_model(config, seed=1), build_model(config, seed=2)
-    field = "affine_seed" if name == "projected" else "seed"
-    assert getattr(one.config.interface, field) == 1 and getattr(two.config.interface, field) == 2
+    assert one.config.interface.seed == 1 and two.config.interface.seed == 2
     if name != "projected":  # projected's table also depends on its trained map
         assert not torch.equal(one.input.table(), two.input.table())
 
@@ -381,7 +380,7 @@ def markov_data(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gaussian", "projected", "wide-random", "hashed"])
 def test_the_ablation_interfaces_train(tmp_path, markov_data, name: str) -> None:
-    from tablefree.model_files import load_model
+    from tablefree.checkpoint.model_dir import load_model
     from tablefree.train.trainer import train
     from train_helpers import micro_config, train_losses
 
@@ -422,9 +421,9 @@ def test_projected_with_lift_init_starts_as_the_fixed_model(code: str) -> None:
     ids = torch.randint(0, 700, (2, 16), generator=torch.Generator().manual_seed(0))
     logits = {}
     for label, interface in {
-        "fixed": {"name": code, "affine_seed": 5},
-        "lift": {"name": "projected", "code": code, "affine_seed": 5, "init": "lift"},
-        "normal": {"name": "projected", "code": code, "affine_seed": 5},
+        "fixed": {"name": code, "seed": 5},
+        "lift": {"name": "projected", "code": code, "seed": 5, "init": "lift"},
+        "normal": {"name": "projected", "code": code, "seed": 5},
     }.items():
         model = TablefreeLM(preset("tiny", interface=interface, **shape))
         model.init_weights(seed=3)
@@ -438,3 +437,12 @@ def test_projected_with_lift_init_starts_as_the_fixed_model(code: str) -> None:
     assert not torch.allclose(logits["normal"], logits["fixed"], atol=1e-3)
     with pytest.raises(ValueError, match=r"model\.interface\.init: expected one of"):
         opts(name="projected", init="identity")
+
+
+def test_the_old_affine_seed_name_still_loads() -> None:
+    """Configs and checkpoints written before the seed options had one name: ``affine_seed`` reads as ``seed``."""
+    assert opts(name="affine", affine_seed=3) == opts(name="affine", seed=3)
+    assert opts(name="projected", code="affine", affine_seed=2).seed == 2
+    assert opts(name="affine", affine_seed=4, seed=4).seed == 4
+    with pytest.raises(ValueError, match="'affine_seed' is the old name of 'seed'"):
+        opts(name="affine", affine_seed=1, seed=2)

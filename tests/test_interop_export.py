@@ -9,10 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interop_support import make_checkpoint, make_tokenizer
+from tablefree.checkpoint.model_dir import load_model, read_model_config
 from tablefree.cli import main
 from tablefree.export import export_hf, import_hf
 from tablefree.model_config import ModelConfig
-from tablefree.model_files import load_model, read_model_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -20,9 +20,7 @@ SHAPE = dict(d_model=64, n_layers=2, n_heads=4, d_ff=96, max_seq_len=48)
 CASES = {
     "learned": dict(interface="learned"),
     "canonical": dict(interface="canonical"),
-    "affine": dict(
-        interface=dict(name="affine", affine_seed=3, values="pm1", lift="interleave", bit_order="msb")
-    ),
+    "affine": dict(interface=dict(name="affine", seed=3, values="pm1", lift="interleave", bit_order="msb")),
     "affine-gqa": dict(interface="affine", n_kv_heads=2),
     "gelu-layernorm": dict(interface="canonical", mlp="gelu", norm="layernorm", norm_eps=1e-6),
     "gaussian": dict(interface=dict(name="gaussian", seed=3, sigma=0.5)),
@@ -104,7 +102,7 @@ def test_model_card_describes_the_fixed_code(tmp_path, tokenizer_path):
     export_hf(tmp_path / "ck", tmp_path / "hf")
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "fixed function of the token id" in card
-    for option in ("lift=interleave", "values=pm1", "bit_order=msb", "affine_seed=3"):
+    for option in ("lift=interleave", "values=pm1", "bit_order=msb", "seed=3"):
         assert option in card
     block = card.split("```")[-2].split()  # the last code block holds A, one row per line
     matrix = [[int(bit) for bit in row] for row in block]

@@ -30,7 +30,7 @@ def checkpoint(tmp_path_factory, tokenizer_path):
 
 @pytest.fixture(scope="module")
 def model(checkpoint):
-    from tablefree.model_files import load_model
+    from tablefree.checkpoint.model_dir import load_model
 
     return load_model(checkpoint)[0]
 

@@ -25,13 +25,15 @@ from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 from interop_support import make_checkpoint, make_tokenizer  # noqa: E402
+from tablefree.checkpoint.layout import resolve_checkpoint  # noqa: E402
+from tablefree.checkpoint.model_dir import read_model_config  # noqa: E402
 from tablefree.cli import main  # noqa: E402
 from tablefree.data.tokenizer import load_tokenizer  # noqa: E402
+from tablefree.device import resolve_device  # noqa: E402
 from tablefree.evaluate import run_eval  # noqa: E402
-from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, resolve_device, write_local_tasks  # noqa: E402
+from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, write_local_tasks  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
 from tablefree.model_config import ModelConfig, from_dict  # noqa: E402
-from tablefree.model_files import read_model_config, resolve_checkpoint  # noqa: E402
 
 N = 100  # examples per task
 TOLERANCE = 1e-4  # per-example log-likelihood
@@ -248,13 +250,16 @@ def test_adapter_is_registered():
 def test_device_falls_back_to_cpu_without_cuda(monkeypatch):
     import torch
 
+    def adapter_device(requested):  # what TablefreeLMEval resolves its device argument with
+        return str(resolve_device(requested, fallback_to_cpu=True))
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert resolve_device("cuda:0") == "cpu"  # lm-eval's CLI default
-    assert resolve_device(None) == "cpu"
-    assert resolve_device("cpu") == "cpu"
+    assert adapter_device("cuda:0") == "cpu"  # lm-eval's CLI default
+    assert adapter_device(None) == "cpu"
+    assert adapter_device("cpu") == "cpu"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolve_device("cuda:1") == "cuda:1"
-    assert resolve_device(None) == "cuda"
+    assert adapter_device("cuda:1") == "cuda:1"
+    assert adapter_device(None) == "cuda"
 
 
 def test_adapter_refuses_a_tokenizer_other_than_the_checkpoints(tmp_path):

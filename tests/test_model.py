@@ -7,10 +7,10 @@ import sys
 import pytest
 import torch
 
+from tablefree.checkpoint.model_dir import load_model, save_model
 from tablefree.interfaces import INTERFACES
 from tablefree.model import KVCache, build_model
 from tablefree.model_config import ModelConfig, preset
-from tablefree.model_files import load_model, save_model
 from tablefree.params import param_breakdown
 
 
@@ -161,7 +161,7 @@ def test_loss_backward_skips_fixed_interface() -> None:
 
 @pytest.mark.parametrize("interface", ["learned", "affine"])
 def test_checkpoint_round_trip(tmp_path, interface: str) -> None:
-    model = build_model(tiny_config(interface={"name": interface, "affine_seed": 4}), seed=3).eval()
+    model = build_model(tiny_config(interface={"name": interface, "seed": 4}), seed=3).eval()
     save_model(tmp_path / "checkpoints" / "step_00000002", model, meta={"step": 2})
     (tmp_path / "checkpoints" / "step_00000003").mkdir()  # incomplete: no marker, must be skipped
     loaded, directory = load_model(tmp_path)  # a run directory resolves to its newest complete checkpoint
@@ -186,35 +186,35 @@ def test_every_interface_loads_back_exactly(tmp_path, interface: str) -> None:
     assert all(torch.equal(saved_buffers[name], loaded_buffers[name]) for name in saved_buffers)
 
 
-def test_affine_seed_follows_the_training_seed_unless_held() -> None:
+def test_seed_follows_the_training_seed_unless_held() -> None:
     from tablefree.codes import AffineMap, num_bits
 
     k = num_bits(300)
     follows = build_model(tiny_config(interface={"name": "affine"}), seed=3)
-    assert follows.config.interface.affine_seed == 3  # recorded in the model config that checkpoints save
+    assert follows.config.interface.seed == 3  # recorded in the model config that checkpoints save
     assert torch.equal(follows.input.affine_matrix, AffineMap.from_seed(k, 3).matrix)
     other = build_model(tiny_config(interface={"name": "affine"}), seed=4)
     assert not torch.equal(other.input.affine_matrix, follows.input.affine_matrix)
-    held = build_model(tiny_config(interface={"name": "affine", "affine_seed": 7}), seed=3)
-    assert held.config.interface.affine_seed == 7
+    held = build_model(tiny_config(interface={"name": "affine", "seed": 7}), seed=3)
+    assert held.config.interface.seed == 7
     assert torch.equal(held.input.affine_matrix, AffineMap.from_seed(k, 7).matrix)
 
 
-def test_model_spec_resolves_the_affine_seed_from_the_training_seed() -> None:
+def test_model_spec_resolves_the_seed_from_the_training_seed() -> None:
     from tablefree.train.recipe import load_train_config
 
     config = load_train_config(None, ["model.interface.name=affine", "seed=5"])
-    assert config.model.build(300, seed=config.seed).interface.affine_seed == 5
-    held = load_train_config(None, ["model.interface.name=affine", "model.interface.affine_seed=2", "seed=5"])
-    assert held.model.build(300, seed=held.seed).interface.affine_seed == 2
+    assert config.model.build(300, seed=config.seed).interface.seed == 5
+    held = load_train_config(None, ["model.interface.name=affine", "model.interface.seed=2", "seed=5"])
+    assert held.model.build(300, seed=held.seed).interface.seed == 2
 
 
-def test_checkpoint_records_the_resolved_affine_seed(tmp_path) -> None:
-    from tablefree.model_files import read_model_config
+def test_checkpoint_records_the_resolved_seed(tmp_path) -> None:
+    from tablefree.checkpoint.model_dir import read_model_config
 
     model = build_model(tiny_config(interface={"name": "affine"}), seed=9)
     save_model(tmp_path / "ck", model)
-    assert read_model_config(tmp_path / "ck").interface.affine_seed == 9
+    assert read_model_config(tmp_path / "ck").interface.seed == 9
     loaded, _ = load_model(tmp_path / "ck")
     assert torch.equal(loaded.input.affine_matrix, model.input.affine_matrix)
 
@@ -243,16 +243,16 @@ def test_params_cli_all_interfaces_and_options() -> None:
 @pytest.mark.parametrize(
     "overrides",
     [
-        ["model.interface.affine_seed=3", "model.interface=affine"],
-        ["model.interface=affine", "model.interface.affine_seed=3"],
+        ["model.interface.seed=3", "model.interface=affine"],
+        ["model.interface=affine", "model.interface.seed=3"],
     ],
 )
 def test_interface_overrides_in_either_order(overrides: list[str]) -> None:
     from tablefree.train.recipe import load_train_config
 
     config = load_train_config(None, overrides)
-    assert config.model.interface.name == "affine" and config.model.interface.affine_seed == 3
-    assert config.model.build(300, seed=0).interface.affine_seed == 3
+    assert config.model.interface.name == "affine" and config.model.interface.seed == 3
+    assert config.model.build(300, seed=0).interface.seed == 3
 
 
 def test_unknown_interface_on_the_command_line_names_the_override() -> None:

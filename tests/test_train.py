@@ -3,7 +3,6 @@ refusing pickled code, and resume safety checks."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pickle
@@ -12,9 +11,11 @@ import pytest
 import torch
 import yaml
 
+from tablefree.checkpoint import layout, training
+from tablefree.checkpoint.layout import resolve_checkpoint
+from tablefree.checkpoint.model_dir import load_model
 from tablefree.config_parsing import from_dict
-from tablefree.model_files import load_model, resolve_checkpoint
-from tablefree.train import checkpoints, trainer
+from tablefree.train import state, trainer
 from tablefree.train.recipe import TrainConfig
 from tablefree.train.trainer import NonFiniteLossError, train
 from train_helpers import make_dataset, micro_config, record_run, train_losses
@@ -112,9 +113,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(monkeypatch, d
     config = micro_config(data_dir, budget="8 steps", checkpoint_every=2)
     with pytest.raises(NonFiniteLossError, match=r"step 5: the training loss is nan.*step_00000004"):
         train(config, run_dir)
-    last = checkpoints.latest_checkpoint(run_dir)
+    last = layout.latest_checkpoint(run_dir)
     assert last.name == "step_00000004"
-    assert checkpoints.load_train_state(last)["step"] == 4
+    assert training.load_train_state(last)["step"] == 4
     summary = json.loads((run_dir / "summary.json").read_text())
     assert not summary["completed"] and "step 5" in summary["stop_reason"] and summary["step"] == 4
     model, _ = load_model(run_dir)
@@ -134,17 +135,17 @@ class WritesAFile:
 def test_malicious_pickle_is_refused_and_never_runs(data_dir, tmp_path) -> None:
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="2 steps"), run_dir)
-    checkpoint = checkpoints.latest_checkpoint(run_dir)
+    checkpoint = layout.latest_checkpoint(run_dir)
     marker = tmp_path / "pwned"
-    state = checkpoints.load_train_state(checkpoint)
+    state = training.load_train_state(checkpoint)
     state["loader"] = WritesAFile(str(marker))
-    with open(checkpoint / checkpoints.TRAIN_STATE_FILE, "wb") as handle:
+    with open(checkpoint / layout.TRAIN_STATE_FILE, "wb") as handle:
         pickle.dump(state, handle, protocol=2)
     # with its digest recorded, as an attacker who rewrote COMPLETE too would (else the digest refuses it)
-    complete = {"complete": True, "sha256": checkpoints.file_digests(checkpoint)}
+    complete = {"complete": True, "sha256": training.file_digests(checkpoint)}
     (checkpoint / "COMPLETE").write_text(json.dumps(complete))
     with pytest.raises(ValueError, match="refused to load"):
-        checkpoints.load_train_state(checkpoint)
+        training.load_train_state(checkpoint)
     with pytest.raises(ValueError, match="refused to load"):
         train(micro_config(data_dir, budget="2 steps"), run_dir, resume=True)
     assert not marker.exists()
@@ -155,11 +156,11 @@ def test_resume_refuses_a_changed_experiment_or_tokenizer(data_dir, tmp_path) ->
     train(micro_config(data_dir, budget="2 steps"), run_dir)
     with pytest.raises(ValueError, match=r"(?s)different experiment.*seed: 0 recorded, 3 now"):
         train(micro_config(data_dir, budget="4 steps", seed=3), run_dir, resume=True)
-    meta_path = checkpoints.latest_checkpoint(run_dir) / "meta.json"
+    meta_path = layout.latest_checkpoint(run_dir) / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta["tokenizer_hash"] = "0" * 64
     meta_path.write_text(json.dumps(meta))
-    complete = {"complete": True, "sha256": checkpoints.file_digests(meta_path.parent)}
+    complete = {"complete": True, "sha256": training.file_digests(meta_path.parent)}
     (meta_path.parent / "COMPLETE").write_text(json.dumps(complete))  # a whole checkpoint, other tokenizer
     with pytest.raises(ValueError, match=r"is not tokenized like the one this run was trained on"):
         train(micro_config(data_dir, budget="2 steps"), run_dir, resume=True)
@@ -182,9 +183,9 @@ def test_resume_continues_in_process_and_extends_the_budget(data_dir, tmp_path) 
 def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_path) -> None:
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="2 steps"), run_dir)
-    path = checkpoints.latest_checkpoint(run_dir) / checkpoints.TRAIN_STATE_FILE
+    path = layout.latest_checkpoint(run_dir) / layout.TRAIN_STATE_FILE
     saved = torch.load(path, weights_only=True)
-    assert {f.name for f in dataclasses.fields(trainer.TrainState)} <= saved.keys()
+    assert set(state.TrainState.saved_fields()) <= saved.keys()
     assert "schedule" not in saved and "world_size" not in saved  # never read, so no longer written
     assert (
         saved["step"] == 2 and saved["best_val_loss_estimate"] == saved["last_val_loss_estimate"] is not None
@@ -236,7 +237,7 @@ def test_metrics_go_to_tensorboard_when_it_is_installed(monkeypatch, data_dir, t
 
 
 def test_truncate_metrics_forgives_only_a_torn_last_line(tmp_path) -> None:
-    from tablefree.train.trainer import truncate_metrics
+    from tablefree.train.metrics import truncate_metrics
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"ste')

@@ -10,8 +10,9 @@ import torch
 
 from tablefree.model import build_model
 from tablefree.model_config import preset
+from tablefree.train.metrics import flops_per_token
+from tablefree.train.optimizer import build_optimizer
 from tablefree.train.recipe import ScheduleConfig, TrainConfig, load_train_config, lr_at, parse_budget, plan
-from tablefree.train.trainer import build_optimizer, flops_per_token
 from train_helpers import make_dataset, micro_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,10 +12,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tablefree.model_files import MODEL_FILE, load_model
-from tablefree.train import checkpoints
+from tablefree.checkpoint import layout
+from tablefree.checkpoint.layout import MODEL_FILE, SHARDED_DIR, is_sharded
+from tablefree.checkpoint.model_dir import consolidate, load_model
 from tablefree.train.parallelize import free_port
-from tablefree.train.sharded import SHARDED_DIR, consolidate, is_sharded
 from tablefree.train.trainer import KILL_AFTER_STEP_ENV
 from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
 
@@ -47,7 +47,7 @@ def run(
     )
     if kill_after:
         assert result.returncode != 0, result.stdout
-        assert checkpoints.latest_checkpoint(run_dir).name == "step_00000004"
+        assert layout.latest_checkpoint(run_dir).name == "step_00000004"
     else:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -99,7 +99,7 @@ def test_sharded_checkpoints_resume_two_to_two_bit_exact_and_load_in_one_process
     run(config_path, full, 2, "parallel=fsdp", "checkpoint_format=full")
     sharded = tmp_path / "sharded"
     run(config_path, sharded, 2, "parallel=fsdp", "checkpoint_format=sharded", kill_after=6)
-    step4 = checkpoints.latest_checkpoint(sharded)
+    step4 = layout.latest_checkpoint(sharded)
     assert is_sharded(step4) and not (step4 / MODEL_FILE).exists()
     assert sorted(p.name for p in (step4 / SHARDED_DIR).glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     resumed = run(config_path, sharded, 2, "parallel=fsdp", "checkpoint_format=sharded", "--resume")
@@ -107,7 +107,7 @@ def test_sharded_checkpoints_resume_two_to_two_bit_exact_and_load_in_one_process
     assert train_losses(sharded) == train_losses(full)  # exact, not approximately
 
     expected = load_model(full)[0].state_dict()
-    final = checkpoints.latest_checkpoint(sharded)
+    final = layout.latest_checkpoint(sharded)
     for weights in (load_model(sharded)[0].state_dict(), load_file(str(consolidate(final)))):
         assert sorted(weights) == sorted(expected)
         for name, tensor in expected.items():
@@ -122,7 +122,7 @@ def test_a_sharded_checkpoint_resumes_in_one_plain_process(setup, tmp_path) -> N
     run(config_path, run_dir, 2, "parallel=fsdp", "checkpoint_format=sharded", kill_after=6)
     run(config_path, run_dir, 1, "parallel=ddp", "--resume")
     assert_matches(train_losses(run_dir), reference)
-    final = checkpoints.latest_checkpoint(run_dir)
+    final = layout.latest_checkpoint(run_dir)
     assert (final / MODEL_FILE).exists() and not is_sharded(final)
 
 
@@ -147,6 +147,6 @@ def test_fsdp_skips_a_nan_update_on_the_device_and_stops_at_the_next_read(setup,
     )
     assert result.returncode != 0
     assert "step 3: the gradient norm is nan" in result.stdout + result.stderr
-    assert [c.name for c in checkpoints.complete_checkpoints(run_dir)] == ["step_00000002"]
+    assert [c.name for c in layout.complete_checkpoints(run_dir)] == ["step_00000002"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "non-finite gradient norm at step 3" and summary["step"] == 2

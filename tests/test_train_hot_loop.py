@@ -8,7 +8,8 @@ import torch
 
 from tablefree import build_model, preset
 from tablefree.interfaces import ids_checked_by_caller
-from tablefree.train.trainer import build_optimizer, device_batch, fused_adamw_is_safe
+from tablefree.train.optimizer import build_optimizer, fused_adamw_is_safe
+from tablefree.train.trainer import device_batch
 from train_helpers import micro_config
 
 
@@ -60,7 +61,7 @@ def test_the_model_skips_its_own_id_check_only_inside_ids_checked_by_caller() ->
 
 def test_checkpoint_format_none_writes_no_checkpoint(tmp_path) -> None:
     """What the GPU benchmark uses: a 1.7B checkpoint would be 21 GB and a minute of a lent machine."""
-    from tablefree.train.checkpoints import complete_checkpoints
+    from tablefree.checkpoint.layout import complete_checkpoints
     from tablefree.train.trainer import train
     from train_helpers import make_dataset
 
@@ -91,7 +92,7 @@ def test_the_step_never_reads_the_loss_or_norm_and_the_log_reads_them_once_per_i
             in_step["now"] = False
 
     def read(self):
-        batches_read.append([entry.step for entry in self.pending])
+        batches_read.append([entry.step for entry in self.state.pending])
         return real_read(self)
 
     def watch(name):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tablefree.train import checkpoints
+from tablefree.checkpoint import layout, training
 from train_helpers import cli_env, make_dataset, micro_config, train_command, train_losses, write_config
 
 pytestmark = pytest.mark.slow
@@ -59,11 +59,11 @@ def test_random_kills_including_during_checkpoint_writes_end_in_the_uninterrupte
     run_dir = tmp_path / "run"
     # a kill certainly inside a checkpoint write: model files written, train state and COMPLETE not yet
     env = cli_env()
-    env[checkpoints.KILL_DURING_SAVE_ENV] = "3"
+    env[training.KILL_DURING_SAVE_ENV] = "3"
     killed = subprocess.run(train_command(config_path, run_dir), env=env, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert (run_dir / "checkpoints" / ".step_00000003.tmp" / "model.safetensors").exists()
-    assert checkpoints.latest_checkpoint(run_dir).name == "step_00000002"
+    assert layout.latest_checkpoint(run_dir).name == "step_00000002"
 
     rng = random.Random(12)
     kills, half_written = 1, 1
@@ -82,9 +82,9 @@ def test_random_kills_including_during_checkpoint_writes_end_in_the_uninterrupte
     print(f"kills: {kills}, of which left a checkpoint half written: {half_written}")
 
     assert train_losses(run_dir) == train_losses(reference)  # floats from JSON: equal means bit for bit
-    final = checkpoints.latest_checkpoint(run_dir)
+    final = layout.latest_checkpoint(run_dir)
     assert final.name == f"step_{STEPS:08d}"
     ours = load_file(str(final / "model.safetensors"))
-    theirs = load_file(str(checkpoints.latest_checkpoint(reference) / "model.safetensors"))
+    theirs = load_file(str(layout.latest_checkpoint(reference) / "model.safetensors"))
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_00000011", "step_00000012"]

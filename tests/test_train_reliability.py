@@ -12,9 +12,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tablefree.model_files import load_model
-from tablefree.train import checkpoints, trainer
-from tablefree.train.trainer import NonFiniteLossError, RunDirInUseError, train
+from tablefree.checkpoint import layout
+from tablefree.checkpoint.model_dir import load_model
+from tablefree.train import trainer
+from tablefree.train.resume import RunDirInUseError
+from tablefree.train.trainer import NonFiniteLossError, train
 from train_helpers import make_dataset, micro_config, train_losses
 
 
@@ -45,7 +47,7 @@ def test_nan_gradient_norm_stops_before_the_update_and_no_poisoned_checkpoint(da
     with pytest.raises(NonFiniteLossError, match=r"step 3: the gradient norm is nan.*step_00000002"):
         train(config, run_dir)
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000002"]
-    weights = load_file(str(checkpoints.latest_checkpoint(run_dir) / "model.safetensors"))
+    weights = load_file(str(layout.latest_checkpoint(run_dir) / "model.safetensors"))
     assert all(torch.isfinite(t).all() for t in weights.values())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "non-finite gradient norm at step 3" and summary["step"] == 2
@@ -61,7 +63,7 @@ def test_a_non_finite_step_read_later_still_applies_no_update_after_it(
     real_read = trainer.Trainer.read_steps
 
     def read_and_keep(self):
-        seen[self.state.step] = ([e.step for e in self.pending], copy.deepcopy(self.model.state_dict()))
+        seen[self.state.step] = ([e.step for e in self.state.pending], copy.deepcopy(self.model.state_dict()))
         return real_read(self)
 
     monkeypatch.setattr(trainer.Trainer, "read_steps", read_and_keep)
@@ -118,7 +120,7 @@ def test_non_finite_weights_are_never_written(monkeypatch, data_dir, tmp_path) -
         NonFiniteLossError, match=r"step 2: non-finite weights .* in head.weight; no checkpoint"
     ):
         train(micro_config(data_dir, budget="4 steps", checkpoint_every=2), run_dir)
-    assert checkpoints.complete_checkpoints(run_dir) == []
+    assert layout.complete_checkpoints(run_dir) == []
     assert not list((run_dir / "checkpoints").glob(".step_*"))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == "non-finite weights at step 2"
@@ -132,10 +134,10 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tm
     train(config, reference)
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir)
-    newest = checkpoints.latest_checkpoint(run_dir)
+    newest = layout.latest_checkpoint(run_dir)
     assert newest.name == "step_00000004"
     if damage == "truncate_train_state":
-        path = newest / checkpoints.TRAIN_STATE_FILE
+        path = newest / layout.TRAIN_STATE_FILE
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     elif damage == "truncate_weights":
         path = newest / "model.safetensors"
@@ -160,9 +162,9 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tm
 def test_resume_with_every_checkpoint_damaged_names_each(data_dir, tmp_path) -> None:
     run_dir = tmp_path / "run"
     train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir)
-    for checkpoint in checkpoints.complete_checkpoints(run_dir):
-        (checkpoint / checkpoints.TRAIN_STATE_FILE).write_bytes(b"")
-    with pytest.raises(checkpoints.CheckpointError, match=r"no checkpoint .* can be loaded") as caught:
+    for checkpoint in layout.complete_checkpoints(run_dir):
+        (checkpoint / layout.TRAIN_STATE_FILE).write_bytes(b"")
+    with pytest.raises(layout.CheckpointError, match=r"no checkpoint .* can be loaded") as caught:
         train(micro_config(data_dir, budget="4 steps", checkpoint_every=2, keep_last=0), run_dir, resume=True)
     assert str(caught.value).count("train_state.pt") == 2
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tablefree.train import checkpoints
+from tablefree.checkpoint import layout, training
 from tablefree.train.trainer import KILL_AFTER_STEP_ENV
 from train_helpers import cli_env, make_dataset, micro_config, train_command, train_losses, write_config
 
@@ -34,7 +34,7 @@ def test_kill_9_then_resume_reproduces_every_loss_bit_for_bit(config_path, tmp_p
     killed = subprocess.run(train_command(config_path, interrupted), env=env, capture_output=True, text=True)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert max(train_losses(interrupted)) == 6
-    assert checkpoints.latest_checkpoint(interrupted).name == "step_00000004"
+    assert layout.latest_checkpoint(interrupted).name == "step_00000004"
     assert not (interrupted / "summary.json").exists()
 
     resumed = subprocess.run(
@@ -71,9 +71,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(config_path, tmp_path) -> 
     assert process.returncode == 0, stderr
     assert "stopped by SIGTERM" in stdout
     last_step = max(train_losses(run_dir))
-    checkpoint = checkpoints.latest_checkpoint(run_dir)
+    checkpoint = layout.latest_checkpoint(run_dir)
     assert checkpoint is not None and checkpoint.name == f"step_{last_step:08d}"
-    assert checkpoints.load_train_state(checkpoint)["step"] == last_step
+    assert training.load_train_state(checkpoint)["step"] == last_step
     summary = json.loads((run_dir / "summary.json").read_text())
     assert not summary["completed"] and summary["stop_reason"] == "stopped by SIGTERM"
     assert summary["step"] == last_step < 100_000

@@ -7,10 +7,11 @@ import signal
 
 import pytest
 
+from tablefree.checkpoint import layout
 from tablefree.cli import main
-from tablefree.train import checkpoints, trainer
+from tablefree.train import trainer
 from tablefree.train.recipe import lr_at
-from tablefree.train.trainer import CHANGES_FILE, recorded_config
+from tablefree.train.resume import CHANGES_FILE, recorded_config
 from train_helpers import make_dataset, micro_config, train_losses, write_config
 
 pytestmark = pytest.mark.slow  # each test trains (in-process, a second or two per run)
@@ -139,4 +140,4 @@ def test_an_interrupted_run_prints_no_missing_numbers(monkeypatch, setup, tmp_pa
     assert "stopped (stopped by SIGINT): step 2/3" in out
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_val_loss_estimate"] is None and not summary["completed"]
-    assert checkpoints.latest_checkpoint(run_dir).name == "step_00000002"
+    assert layout.latest_checkpoint(run_dir).name == "step_00000002"

@@ -2,8 +2,9 @@
 
 from tablefree.codes import AffineMap, bits_to_ids, ids_to_bits, num_bits
 from tablefree.interfaces import INTERFACES, InputInterface, build_interface, register_interface
+from tablefree.interfaces.options import InterfaceConfig
 from tablefree.model import TablefreeLM, build_model
-from tablefree.model_config import InterfaceConfig, ModelConfig, preset
+from tablefree.model_config import ModelConfig, preset
 from tablefree.params import param_breakdown
 
 __version__ = "0.1.0"

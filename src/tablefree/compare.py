@@ -37,9 +37,9 @@ from typing import Any
 import yaml
 
 from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, to_dict
-from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
-from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, read_json, run_directory, run_name
+from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, run_directory, run_name
 
 
 @dataclass
@@ -433,10 +433,10 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
 
 def run_state(run: RunPlan, spec: EvalSpec) -> str:
     """``done`` (trained, and evaluated on every task with the same limit), ``trained`` or ``todo``."""
-    summary = read_json(run.directory / RUN_FILES["summary"])
+    summary = read_json(run.directory / RUN_FILES["summary"], default=None)
     if not (summary and summary.get("completed")):
         return "todo"
-    results = read_json(run.directory / RUN_FILES["eval"]) or {}
+    results = read_json(run.directory / RUN_FILES["eval"], default=None) or {}
     evaluated = set(results.get("tasks", {}))
     limits = (results.get("limit"), results.get("val_limit"))
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
@@ -487,7 +487,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
 def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, log) -> str:
     """Train (unless trained) and evaluate one run; a failure is recorded, not raised (KeyboardInterrupt is)."""
     run.directory.mkdir(parents=True, exist_ok=True)
-    status = read_json(run.directory / RUN_FILES["status"]) or {}
+    status = read_json(run.directory / RUN_FILES["status"], default=None) or {}
     status.update(state="running", started=_now(), error=None)
     write_json_atomic(run.directory / RUN_FILES["status"], status)
     (run.directory / RUN_FILES["error"]).unlink(missing_ok=True)
@@ -523,19 +523,19 @@ def start_branch(run: RunPlan) -> bool:
     """Seed a branch's run directory with its trunk's checkpoint at the branch step (hard links where the
     filesystem allows: checkpoints are never written again) and the trunk's metrics up to it; the trainer then
     resumes there with the branch's own recipe. False when the branch has a checkpoint of its own already."""
-    from tablefree.train import checkpoints
+    from tablefree.checkpoint import layout
 
     assert run.branch is not None
-    if checkpoints.complete_checkpoints(run.directory):
+    if layout.complete_checkpoints(run.directory):
         return False
-    source = run.branch.directory / checkpoints.CHECKPOINTS_DIR / checkpoints.step_dir_name(run.branch.step)
-    if not checkpoints.is_complete(source):
+    source = run.branch.directory / layout.CHECKPOINTS_DIR / layout.step_dir_name(run.branch.step)
+    if not layout.is_complete(source):
         raise RuntimeError(
             f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, and {source} "
             "is not a complete checkpoint: the trunk run must finish first (re-run the sweep; it trains trunks "
             "before their branches)"
         )
-    root = run.directory / checkpoints.CHECKPOINTS_DIR
+    root = run.directory / layout.CHECKPOINTS_DIR
     staging = root / f".{source.name}.branch"
     shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while copying
     root.mkdir(parents=True, exist_ok=True)
@@ -549,7 +549,7 @@ def start_branch(run: RunPlan) -> bool:
             "trunk": run.branch.trunk,
             "trunk_dir": os.path.relpath(run.branch.directory, run.directory),
             "step": run.branch.step,
-            "checkpoint_sha256": (read_json(source / checkpoints.COMPLETE_MARKER) or {}).get("sha256"),
+            "checkpoint_sha256": read_json(source / layout.COMPLETE_MARKER).get("sha256"),
             "created": _now(),
         },
     )
@@ -610,7 +610,7 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
             sys.stdout.write(line)
             log_file.write(line)
         code = process.wait()
-    summary = read_json(run.directory / RUN_FILES["summary"])
+    summary = read_json(run.directory / RUN_FILES["summary"], default=None)
     if code != 0 and not (summary and str(summary.get("stop_reason", "")).startswith("stopped by")):
         raise RuntimeError(f"torchrun exited with status {code}; see {log_path}")
     if summary is None:
@@ -656,8 +656,8 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
 
 def score_selection(run: RunPlan, select_every: int, spec: EvalSpec) -> dict[str, Any]:
     """The run's final model on the training windows it held out (``data.select_every``)."""
+    from tablefree.checkpoint.model_dir import load_model
     from tablefree.evaluate.selection import selection_metrics
-    from tablefree.model_files import load_model
 
     model, checkpoint = load_model(run.directory, device=spec.device)
     model.eval()

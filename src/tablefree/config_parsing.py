@@ -144,7 +144,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
     A section can be named by its ``name`` alone, in the file (``interface: affine``) or in an override: a bare
     name given to a section sets its ``name`` and keeps its other fields (``model.interface=affine``), and an
-    override inside a section given by name keeps that name (``model.interface.affine_seed=3``), in any order.
+    override inside a section given by name keeps that name (``model.interface.seed=3``), in any order.
     """
     import copy
 

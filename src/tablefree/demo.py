@@ -15,6 +15,8 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
+from tablefree.fileio import atomic_path
+
 MIN_DOCSTRING_CHARS = 80  # shorter docstrings ("Return self.") are boilerplate, not prose
 # Standard-library packages left out: the test suite, the IDLE and turtle demo applications.
 STDLIB_EXCLUDED = {"idlelib", "test", "turtledemo"}
@@ -44,8 +46,7 @@ def gather_default_corpus(out_path: str | Path, min_chars: int = MIN_DOCSTRING_C
     seen: set[str] = set()
     sources: dict[str, dict[str, int]] = {}
     digest = hashlib.sha256()
-    tmp = out_path.with_name(f".{out_path.name}.tmp.{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as out:
+    with atomic_path(out_path) as tmp, tmp.open("w", encoding="utf-8") as out:
         for source, name, texts in _documents(min_chars):
             fresh = [text for text in texts if text not in seen]
             seen.update(fresh)
@@ -58,7 +59,6 @@ def gather_default_corpus(out_path: str | Path, min_chars: int = MIN_DOCSTRING_C
             counts["documents"] += 1
             counts["docstrings"] += len(fresh)
             counts["bytes"] += sum(len(text.encode("utf-8")) for text in fresh)
-    os.replace(tmp, out_path)
     import torch
 
     stats = {

@@ -1,7 +1,8 @@
-"""The one place a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:1``, ``mps``) becomes a torch.device.
+"""``resolve_device``: a requested device (``auto``, ``cpu``, ``cuda``, ``cuda:1``, ``mps``) as a torch.device.
 
-Training (``tablefree.train.parallelize.init_distributed``), checkpoint loading (``tablefree.model_files``) and
-the lm-eval adapter all resolve devices here, so ``auto`` and an absent backend mean the same everywhere.
+Training (``train.parallelize.init_distributed``, with torchrun's local rank), model loading
+(``checkpoint.model_dir.load_model``), the lm-eval adapter (falling back to the CPU) and ``tablefree hardware``
+call this one function, so ``auto`` and an absent backend mean the same everywhere.
 """
 
 from __future__ import annotations

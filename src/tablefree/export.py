@@ -39,13 +39,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tablefree
+from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
+from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
+from tablefree.interfaces.options import InterfaceConfig
 from tablefree.model import TablefreeLM
-from tablefree.model_config import InterfaceConfig, ModelConfig
-from tablefree.model_files import META_FILE, MODEL_FILE, TOKENIZER_FILE, empty_model, load_model, save_model
+from tablefree.model_config import ModelConfig
 from tablefree.safetensors_header import TensorInfo, is_count, read_safetensors_header
 
 EXPORT_FORMATS = ("hf",)
@@ -271,10 +273,9 @@ def export_hf(
 def source_provenance(source: Path) -> dict[str, Any]:
     """Where an export came from, without the local path: the run's name, the checkpoint's, the training
     position, and the hashes that identify the weights and the tokenizer."""
-    meta = _read_json(source / META_FILE)
-    run = source.parent.parent.name if source.parent.name == "checkpoints" else source.name
+    meta = read_json(source / META_FILE, default={})
     return {
-        "source_run": run,
+        "source_run": run_name_of(source),
         "source_checkpoint": source.name,
         "source_weights_sha256": sha256_file(source / MODEL_FILE),
         "step": meta.get("step"),
@@ -401,13 +402,6 @@ def _position(provenance: dict[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return read_json(path)
-    except FileNotFoundError:
-        return {}
-
-
 def _transformers_version() -> dict[str, str]:
     """``{"transformers_version": ...}`` of the installed transformers; nothing when it is not installed."""
     try:
@@ -469,10 +463,9 @@ def load_tensors(headers: dict[str, TensorInfo]) -> dict[str, torch.Tensor]:
 
 
 def _read_config_json(path: Path) -> dict[str, Any]:
-    try:
-        data = read_json(path)
-    except (RecursionError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: unreadable JSON ({type(error).__name__})") from None
+    data = read_json(
+        path
+    )  # malformed JSON, undecodable bytes and deep nesting are ValueErrors naming the file
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object at the top level")
     return data

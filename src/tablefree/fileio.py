@@ -1,8 +1,9 @@
-"""Reading and writing tablefree's small text files (JSON, YAML, JSONL outputs).
+"""Atomic writes, strict JSON and file digests, for every file tablefree writes.
 
-Outputs are written atomically: a synced temp file renamed into place, so a reader (or a crash) never sees a
-half-written file that looks whole. Malformed JSON is reported with the file and line. The data layer, training,
-evaluation and the reports all write through here (import them from here; nothing re-exports them).
+Every output is written atomically: a synced temp file (``.NAME.tmp.PID``) renamed into place, so a reader (or a
+crash) never sees a half-written file that looks whole; ``atomic_path`` serves writers that need a path (safetensors,
+tokenizers, matplotlib), ``staged_directory`` whole directories. JSON is written strict (``strict_json``: no NaN)
+and read with the file and line of any error (``read_json``, with an explicit choice for a missing file).
 """
 
 from __future__ import annotations
@@ -10,28 +11,38 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+RAISE: Any = object()  # read_json's default for a missing file: FileNotFoundError
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a synced temp file and a rename; the temp file is removed on error."""
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """A temp path beside ``path`` to write to; when the block succeeds the file is synced and renamed into place,
+    on an error it is removed. ``suffix`` ends the temp name, for writers that infer the format from it."""
     path = Path(path)
     # .NAME.tmp.PID: the pattern prepare's restart cleanup removes after a kill; open() (unlike mkstemp)
     # gives the file the usual umask permissions
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}{suffix}")
     try:
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        yield tmp
+        with open(tmp, "rb") as written:
+            os.fsync(written.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a synced temp file and a rename; the temp file is removed on error."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -43,10 +54,29 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
-def read_json(path: str | Path) -> Any:
+def strict_json(value: Any) -> Any:
+    """``value`` as strict JSON data: every NaN/inf float as None (strict JSON has no NaN, and a bare ``NaN``
+    breaks other readers), numpy scalars as Python numbers, paths as strings, tuples as lists, keys as strings."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy (or 0-d torch) scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(key): strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def read_json(path: str | Path, default: Any = RAISE) -> Any:
     """A JSON file; malformed JSON (also bytes that are not UTF-8, nesting too deep for the parser, integers
-    over Python's 4,300-digit limit) is a ValueError that names the file, and the line where there is one."""
+    over Python's 4,300-digit limit) is a ValueError that names the file, and the line where there is one. A
+    missing file is a FileNotFoundError, or ``default`` when one is given."""
     path = Path(path)
+    if default is not RAISE and not path.exists():
+        return default
     data = path.read_bytes()
     try:
         text = data.decode("utf-8")

@@ -104,9 +104,9 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor | None,
         cache: KVCache | None,
-        queries: torch.Tensor | None = None,
+        outputs: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``queries`` (B, Q): compute the output only at these positions of x (keys and values still come
+        """``outputs`` (B, Q): compute the output only at these positions of x (keys and values still come
         from every position); the result is then (B, Q, d)."""
         B, T, _ = x.shape
         k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -114,8 +114,8 @@ class Attention(nn.Module):
         k = apply_rope(k, cos, sin)
         if cache is not None:
             k, v = cache.update(self.index, k, v)
-        if queries is not None:
-            x, cos, sin, mask = _query_rows(x, cos, sin, mask, queries, k.shape[2] - T)
+        if outputs is not None:
+            x, cos, sin, mask = _output_rows(x, cos, sin, mask, outputs, k.shape[2] - T)
         Q = x.shape[1]
         q = apply_rope(self.wq(x).view(B, Q, self.n_heads, self.head_dim).transpose(1, 2), cos, sin)
         if self.n_kv_heads != self.n_heads:  # GQA: kv head i serves query heads i*r .. i*r+r-1 (HF repeat_kv)
@@ -128,27 +128,27 @@ class Attention(nn.Module):
         return self.wo(y.transpose(1, 2).reshape(B, Q, -1))
 
 
-def _query_rows(
+def _output_rows(
     x: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
     mask: torch.Tensor | None,
-    queries: torch.Tensor,
+    outputs: torch.Tensor,
     start: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x, cos, sin and the attention mask at the query positions (B, Q) only; a causal default (mask None)
+    """x, cos, sin and the attention mask at the output positions (B, Q) only; a causal default (mask None)
     becomes an explicit mask over the ``start`` cached keys and the T new ones."""
     B, T = x.shape[:2]
-    x = gather_rows(x, queries)
+    x = gather_rows(x, outputs)
     if cos.dim() == 2:
-        cos, sin = cos[queries], sin[queries]
+        cos, sin = cos[outputs], sin[outputs]
     else:
-        cos, sin = gather_rows(cos, queries), gather_rows(sin, queries)
+        cos, sin = gather_rows(cos, outputs), gather_rows(sin, outputs)
     if mask is None:
         keys = torch.arange(start + T, device=x.device)
-        return x, cos, sin, (keys <= (queries + start).unsqueeze(-1)).unsqueeze(1)
+        return x, cos, sin, (keys <= (outputs + start).unsqueeze(-1)).unsqueeze(1)
     mask = mask.expand(B, 1, T, start + T)
-    index = queries.view(B, 1, -1, 1).expand(B, 1, queries.shape[1], start + T)
+    index = outputs.view(B, 1, -1, 1).expand(B, 1, outputs.shape[1], start + T)
     return x, cos, sin, mask.gather(2, index)
 
 
@@ -296,7 +296,7 @@ def _name_seed(seed: int, name: str) -> int:
 def build_model(config: ModelConfig, seed: int = 0, device: torch.device | str | None = None) -> TablefreeLM:
     """Build and initialise a model (on ``device``; "meta" builds it without allocating memory).
 
-    Interface seeds left to the training seed (``affine_seed: null``) are set to ``seed``; ``model.config``
+    Interface seeds left to the training seed (``seed: null``) are set to ``seed``; ``model.config``
     holds the resolved config."""
     config = config.resolve_seed(seed)
     with torch.device(device or "cpu"):

@@ -1,46 +1,17 @@
-"""The model's configuration: ``ModelConfig``, the input interface's options base, and the presets.
+"""The model's configuration: ``ModelConfig`` and the presets.
 
-Reading configs from YAML and the command line is ``tablefree.config_parsing``; the training recipe is
-``tablefree.train.recipe``.
+The input interface's options are ``tablefree.interfaces.options``; reading configs from YAML and the command
+line is ``tablefree.config_parsing``; the training recipe is ``tablefree.train.recipe``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
 from tablefree.config_parsing import from_dict
-
-
-@dataclass
-class InterfaceConfig:
-    """Base of every input interface's options: the interface's registered name, then its own options.
-
-    Each interface declares its own subclass (``tablefree.interfaces``: ``CodeOptions`` for ``canonical``,
-    ``AffineOptions`` for ``affine``, ...), and a saved or typed ``{name: ..., option: ...}`` mapping is read
-    into the subclass registered under ``name`` (``from_config``). An option of another interface is dropped
-    (so one recipe can carry options for every interface of a sweep, and checkpoints of the earlier flat format
-    load); an option no interface has, or an unknown name, is an error naming the field.
-    """
-
-    name: str = "learned"
-    # Options whose None means "the training seed": ``resolve_seed`` fills them in (e.g. affine's affine_seed).
-    SEED_OPTIONS: typing.ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_config(cls, value: Any, where: str = "model.interface") -> InterfaceConfig:
-        """The options of the interface named in ``value`` (a name, a mapping, or options to re-read)."""
-        # The registry imports torch, so only when a config is read.
-        from tablefree.interfaces import parse_interface_options
-
-        return parse_interface_options(value, where)
-
-    def resolve_seed(self, seed: int) -> InterfaceConfig:
-        """These options with every seed left to the training seed (None) set to ``seed``."""
-        unset = {name: seed for name in self.SEED_OPTIONS if getattr(self, name) is None}
-        return dataclasses.replace(self, **unset) if unset else self
+from tablefree.interfaces.options import InterfaceConfig
 
 
 @dataclass

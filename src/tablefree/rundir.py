@@ -1,8 +1,9 @@
-"""The files of a run directory and of a sweep directory: one place that knows the layout.
+"""The names of a run directory's and a sweep directory's files (a run's ``checkpoints/`` are
+``tablefree.checkpoint``'s), finding a sweep's runs, and the one JSONL reader.
 
 A run directory (written by ``tablefree.train.trainer.train``, plus the sweep's own files)::
 
-    RUN/config.yaml  metrics.jsonl  summary.json  checkpoints/      # the trainer's
+    RUN/config.yaml  config_changes.json  metrics.jsonl  summary.json  checkpoints/   # the trainer's
     RUN/eval.json  eval_examples.jsonl  status.json  [error.txt]     # the sweep's (tablefree.compare)
     RUN/[selection.json]  [branch.json]    # the selection-split loss; where a budget branch started
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tablefree import fileio
+from tablefree.compat import FINAL_ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
 
 SWEEP_CONFIG = "compare.yaml"
@@ -42,10 +44,9 @@ RUN_FILES = {
     "branch": "branch.json",  # a budget branch: the trunk run and step it started from
 }
 # The trainer's in-training validation *estimate* (a few batches, every val_every steps) in metrics.jsonl and
-# summary.json; newest name first. The evaluation over the whole validation split is eval.json's
-# tasks.validation, a different number: the report never mixes the two.
-ESTIMATE_KEYS = ("val_loss_estimate", "val_loss")
-FINAL_ESTIMATE_KEYS = ("final_val_loss_estimate", "final_val_loss")
+# summary.json is read under ESTIMATE_KEYS / FINAL_ESTIMATE_KEYS (tablefree.compat: newest name first). The
+# evaluation over the whole validation split is eval.json's tasks.validation, a different number: the report
+# never mixes the two.
 
 
 @dataclass
@@ -99,14 +100,6 @@ def run_name(interface: str, seed: int, point: str = "") -> str:
 
 def run_directory(sweep_dir: str | Path, interface: str, seed: int, point: str = "") -> Path:
     return Path(sweep_dir) / RUNS_DIR / run_name(interface, seed, point)
-
-
-def read_json(path: str | Path) -> Any:
-    """The JSON in ``path``, or None when the file does not exist (malformed JSON is an error naming it)."""
-    try:
-        return fileio.read_json(path)
-    except FileNotFoundError:
-        return None
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -169,9 +162,9 @@ def find_runs(sweep_dir: str | Path) -> list[Run]:
                 seed=int(seed),
                 directory=directory,
                 point=point,
-                status=read_json(directory / RUN_FILES["status"]) or {},
-                summary=read_json(directory / RUN_FILES["summary"]),
-                eval=read_json(directory / RUN_FILES["eval"]),
+                status=fileio.read_json(directory / RUN_FILES["status"], default=None) or {},
+                summary=fileio.read_json(directory / RUN_FILES["summary"], default=None),
+                eval=fileio.read_json(directory / RUN_FILES["eval"], default=None),
             )
         )
     return runs

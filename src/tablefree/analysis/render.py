@@ -8,7 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tablefree.fileio import staged_directory, write_bytes_atomic, write_json_atomic, write_text_atomic
+from tablefree.fileio import (
+    staged_directory,
+    strict_json,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 ANALYSIS_JSON, ANALYSIS_MD, FIGURES = "analysis.json", "analysis.md", "figures"
 PROBE_FIGURE, EMBEDDING_FIGURE = "probes.png", "embeddings.png"
@@ -20,20 +26,9 @@ def write_analysis(result: dict[str, Any], out_dir: str | Path) -> Path:
     with staged_directory(out_dir) as stage:
         (stage / FIGURES).mkdir()
         draw_analysis_figures(result, stage / FIGURES)
-        write_json_atomic(stage / ANALYSIS_JSON, json_ready(result))
+        write_json_atomic(stage / ANALYSIS_JSON, strict_json(result))
         write_text_atomic(stage / ANALYSIS_MD, analysis_markdown(result) + "\n")
     return out_dir
-
-
-def json_ready(value: Any) -> Any:
-    """NaN and infinities as null, so the file is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_ready(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(item) for item in value]
-    return value
 
 
 # ------------------------------------------------------------------------------------------------------------

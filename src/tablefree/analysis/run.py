@@ -25,10 +25,11 @@ from tablefree.analysis.linear import linear_cka
 from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, probe_code_bits
 from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
 from tablefree.analysis.states import effective_embeddings, layer_names
+from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.model_dir import load_model
 from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
 from tablefree.fileio import read_json
 from tablefree.model import TablefreeLM
-from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 
 DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)
 FIT_FRACTION = 0.75  # the first 3/4 of the windows fit the probes, the last 1/4 score them

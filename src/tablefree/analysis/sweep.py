@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, run_analysis
+from tablefree.checkpoint.layout import resolve_checkpoint
 from tablefree.fileio import read_json
-from tablefree.model_files import resolve_checkpoint
 
 ANALYSIS_DIR = "analysis"
 

@@ -1,6 +1,5 @@
-"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in 4.1 minutes
-on 2 idle CPU cores (measured; 1.4 more with benchmarks; docs/demo.md; Python API:
-``tablefree.demo.run_demo``)."""
+"""``tablefree demo``: the three-interface experiment on the embedded default corpus, offline, in minutes on a
+CPU (timings in docs/demo.md; Python API: ``tablefree.demo.run_demo``)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from tablefree.cli.eval import limit_arg
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="the whole experiment on the embedded default corpus: 4.1 minutes on 2 idle CPU cores (measured)",
+        help="the whole experiment on the embedded default corpus, offline, in minutes on a CPU (see docs/demo.md)",
         description="Gather English documentation text shipped with Python and PyTorch (or use --corpus), train a "
         "tokenizer, prepare shards, train the learned, canonical and affine interfaces on the tiny recipe, "
         "evaluate validation loss and bits per byte (and HellaSwag/PIQA/LAMBADA when their files are present), "

@@ -29,14 +29,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tablefree import hardware
+    from tablefree.device import resolve_device
     from tablefree.precision import choose_precision, compiler_available
-    from tablefree.train.parallelize import pick_device
 
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads: expected a positive number, got {args.threads}")
         torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    device = resolve_device(args.device, local_rank=0)
     ceilings = [
         hardware.peak_flops(device, dtype, remeasure=args.remeasure)
         for dtype in (torch.float32, torch.bfloat16)

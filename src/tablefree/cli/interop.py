@@ -165,8 +165,8 @@ def run_import(args: argparse.Namespace) -> int:
     import sys
     import warnings
 
+    from tablefree.checkpoint.model_dir import read_model_config
     from tablefree.export import import_hf
-    from tablefree.model_files import read_model_config
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -179,9 +179,10 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
+    from tablefree.checkpoint.layout import TOKENIZER_FILE
+    from tablefree.checkpoint.model_dir import load_model
     from tablefree.data.tokenizer import load_tokenizer
     from tablefree.generate import check_sampling, generate, print_stream
-    from tablefree.model_files import TOKENIZER_FILE, load_model
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
     model, directory = load_model(args.checkpoint, device=args.device)

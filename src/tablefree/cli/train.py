@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     from tablefree.config_parsing import to_dict
     from tablefree.data.loader import read_manifest
     from tablefree.train.recipe import load_train_config, plan
-    from tablefree.train.trainer import CONFIG_FILE, nothing_to_resume, recorded_config, train
+    from tablefree.train.resume import CONFIG_FILE, nothing_to_resume, recorded_config
+    from tablefree.train.trainer import train
 
     config_path = args.config
     overrides = list(args.overrides)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -108,6 +109,38 @@ def _check_manifest(manifest: object, path: Path) -> None:
 AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)
 
 
+@dataclass(frozen=True)
+class Dataset:
+    """A prepared dataset: its directory and its manifest, read once (``Dataset.open``)."""
+
+    directory: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, directory: str | Path) -> Dataset:
+        return cls(Path(directory), read_manifest(directory))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.manifest["vocab_size"])
+
+    @property
+    def tokenizer_hash(self) -> str | None:
+        return self.manifest.get("tokenizer_hash")
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.directory / self.manifest.get("tokenizer_file", "tokenizer.json")
+
+    def verify(self, hashes: bool | str = True) -> DatasetCheck:
+        return verify_dataset(self.directory, hashes, manifest=self.manifest)
+
+    def loader(self, split: str, seq_len: int, batch_size: int, **kwargs: Any) -> TokenLoader:
+        return TokenLoader.from_dir(
+            self.directory, split, seq_len, batch_size, manifest=self.manifest, **kwargs
+        )
+
+
 @dataclass
 class DatasetCheck:
     """What :func:`verify_dataset` checked and found."""
@@ -131,13 +164,16 @@ class DatasetCheck:
         return "\n".join([f"{head}: {len(self.problems)} problem(s)", *(f"  {p}" for p in self.problems)])
 
 
-def verify_dataset(data_dir: str | Path, hashes: bool | str = True) -> DatasetCheck:
+def verify_dataset(
+    data_dir: str | Path, hashes: bool | str = True, manifest: dict | None = None
+) -> DatasetCheck:
     """Check a prepared dataset against its manifest: every shard present, its header valid and its token
     count the manifest's; with ``hashes`` also each shard's sha256, its token ids below ``vocab_size``, and
     the tokenizer file's hash. ``hashes="auto"``: only when the shards total at most ``AUTO_HASH_BYTES``
-    (cheap enough before a long run). Problems are collected, not raised (a malformed manifest raises)."""
+    (cheap enough before a long run). Problems are collected, not raised (a malformed manifest raises).
+    ``manifest``: the dataset's, already read (``Dataset``)."""
     data_dir = Path(data_dir)
-    manifest = read_manifest(data_dir)
+    manifest = read_manifest(data_dir) if manifest is None else manifest
     check = DatasetCheck(data_dir)
     files = [(name, shard) for name, split in manifest["splits"].items() for shard in split["shards"]]
     sizes = {}
@@ -306,11 +342,17 @@ class TokenLoader:
 
     @classmethod
     def from_dir(
-        cls, data_dir: str | Path, split: str, seq_len: int, batch_size: int, **kwargs
+        cls,
+        data_dir: str | Path,
+        split: str,
+        seq_len: int,
+        batch_size: int,
+        manifest: dict | None = None,
+        **kwargs,
     ) -> TokenLoader:
         """The loader of a prepared dataset's split; each shard's size is checked against the manifest
-        (:func:`verify_dataset` checks the sha256 too)."""
-        manifest = read_manifest(data_dir)
+        (:func:`verify_dataset` checks the sha256 too). ``manifest``: the dataset's, already read."""
+        manifest = read_manifest(data_dir) if manifest is None else manifest
         shards = _split_info(manifest, data_dir, split)["shards"]
         paths = [Path(data_dir) / shard["file"] for shard in shards]
         for path, shard in zip(paths, shards, strict=True):

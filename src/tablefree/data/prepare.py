@@ -885,7 +885,7 @@ def _validation_record(val: dict, docs) -> dict:
     return record
 
 
-def check_dataset_tokenizer(data_dir: str | Path, tokenizer: str | Path | Tokenizer) -> None:
+def verify_dataset_tokenizer(data_dir: str | Path, tokenizer: str | Path | Tokenizer) -> None:
     """Raise a ValueError when ``tokenizer`` is not the one the dataset in ``data_dir`` was prepared with."""
     manifest = read_manifest(data_dir)
     check_tokenizer(manifest["tokenizer_hash"], tokenizer, f"the dataset {data_dir}")

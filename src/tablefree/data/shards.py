@@ -8,10 +8,11 @@ shard that exists is whole.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
+
+from tablefree.fileio import atomic_path
 
 MAGIC = 20240520
 HEADER_INTS = 256
@@ -35,13 +36,9 @@ def write_shard(path: str | Path, tokens: np.ndarray, vocab_size: int) -> None:
         raise ValueError(f"{path}: token ids must lie in [0, {vocab_size})")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = (MAGIC, version, tokens.size)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as handle:
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
         handle.write(header.tobytes())
         handle.write(tokens.astype(dtype, copy=False).tobytes())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def read_header(path: str | Path) -> tuple[int, int]:

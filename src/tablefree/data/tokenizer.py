@@ -12,7 +12,6 @@ id 0. Training is deterministic for a given corpus and settings.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree.data.corpus import Corpus, CorpusSummary
+from tablefree.fileio import atomic_path
 
 EOT = "<|endoftext|>"
 # End-of-text tokens of other common tokenizers, tried after EOT by eot_id().
@@ -130,9 +130,8 @@ def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:
     """Write ``tokenizer.json`` atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tokenizer.save(str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tokenizer.save(str(tmp))
 
 
 def load_tokenizer(path_or_hub_id: str | Path) -> Tokenizer:

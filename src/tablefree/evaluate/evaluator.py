@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.model_dir import load_model
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
@@ -30,7 +32,6 @@ from tablefree.evaluate.tasks import (
     task_files,
 )
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
-from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.precision import choose_precision
 
 VALIDATION = "validation"
@@ -101,7 +102,7 @@ def run_eval(
     results: dict[str, Any] = {
         "tasks": {},
         "checkpoint": str(directory),
-        "step": _read_meta(directory).get("step"),
+        "step": read_json(directory / META_FILE, default={}).get("step"),
         "tokenizer_hash": tok_hash,
         "git_commit": git_commit(),
         "model": {"interface": model.config.interface.name, "max_seq_len": model.config.max_seq_len},
@@ -311,7 +312,7 @@ def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
     """(tokenizer, its hash) for a checkpoint; refuses one that differs from the checkpoint's record."""
     from tablefree.data.tokenizer import load_tokenizer, tokenizer_hash
 
-    recorded = _read_meta(directory).get("tokenizer_hash")
+    recorded = read_json(directory / META_FILE, default={}).get("tokenizer_hash")
     own_file = directory / TOKENIZER_FILE
     if tokenizer is None and not own_file.exists():
         raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass --tokenizer PATH")
@@ -338,11 +339,6 @@ def prefix_token_id(tokenizer) -> int:
     from tablefree.data.tokenizer import eot_id
 
     return eot_id(tokenizer)
-
-
-def _read_meta(directory: Path) -> dict[str, Any]:
-    path = directory / META_FILE
-    return read_json(path) if path.exists() else {}
 
 
 def git_commit() -> str | None:

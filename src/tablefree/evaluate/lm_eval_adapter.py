@@ -33,13 +33,14 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 from tablefree import device as devices
+from tablefree.checkpoint.layout import TOKENIZER_FILE
+from tablefree.checkpoint.model_dir import load_model
 from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.evaluator import checked_tokenizer
 from tablefree.evaluate.tasks import TASKS, check_task_files, load_docs, parse_task_names
 from tablefree.fileio import write_text_atomic
 from tablefree.generate import generate
-from tablefree.model_files import TOKENIZER_FILE, load_model
 
 logger = logging.getLogger(__name__)
 MODEL_NAME = "tablefree"
@@ -72,7 +73,8 @@ class TablefreeLMEval(TemplateLM):
         super().__init__()
         if dtype not in DTYPES:
             raise ValueError(f"model_args dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
-        device = resolve_device(device)
+        # lm-eval's CLI default is cuda:0: an absent CUDA falls back to the CPU with a warning, as its hf backend
+        device = devices.resolve_device(device, fallback_to_cpu=True)
         self.model, self.checkpoint = load_model(checkpoint, device=device)
         self.model.to(DTYPES[dtype])
         # the same check as `tablefree eval`: a tokenizer other than the checkpoint's is refused
@@ -83,7 +85,7 @@ class TablefreeLMEval(TemplateLM):
         self._max_length = int(max_length or self.model.config.max_seq_len)
         self._max_gen_toks = int(max_gen_toks)
         self.seed = int(seed)
-        self._device = torch.device(device)
+        self._device = device
 
     # -- properties lm-eval reads ---------------------------------------------------------------------------
 
@@ -196,12 +198,6 @@ class TablefreeLMEval(TemplateLM):
 
     def get_model_info(self) -> dict[str, Any]:
         return {"checkpoint": str(self.checkpoint), "model_config": str(self.model.config)}
-
-
-def resolve_device(device: str | None) -> str:
-    """The device to use: CUDA when asked for (or nothing is given) and available, else the CPU with a warning
-    (``tablefree.device.resolve_device`` with ``fallback_to_cpu``)."""
-    return str(devices.resolve_device(device, fallback_to_cpu=True))
 
 
 def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:

@@ -26,7 +26,6 @@ from tablefree.interfaces.base import (
     check_token_ids,
     ids_checked_by_caller,
     interface_class,
-    parse_interface_options,
     register_interface,
 )
 from tablefree.interfaces.canonical import CanonicalCode
@@ -34,6 +33,7 @@ from tablefree.interfaces.fixed_code import CodeOptions, FixedCode, LiftOptions,
 from tablefree.interfaces.gaussian import GaussianOptions, GaussianTable
 from tablefree.interfaces.hashed import HashedCode, HashedOptions
 from tablefree.interfaces.learned import LearnedEmbedding, LearnedOptions
+from tablefree.interfaces.options import InterfaceConfig, OptionError, parse_interface_options
 from tablefree.interfaces.projected import ProjectedCode, ProjectedOptions
 from tablefree.interfaces.wide_random import WideRandomCode, WideRandomOptions
 
@@ -49,9 +49,11 @@ __all__ = [
     "HashedCode",
     "HashedOptions",
     "InputInterface",
+    "InterfaceConfig",
     "LearnedEmbedding",
     "LearnedOptions",
     "LiftOptions",
+    "OptionError",
     "ProjectedCode",
     "ProjectedOptions",
     "WideRandomCode",

@@ -9,7 +9,6 @@ interfaces built on a seeded GF(2) map of another size (``wide-random``, ``hashe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
@@ -23,9 +22,7 @@ class AffineOptions(CodeOptions):
     name: str = "affine"
     # Seed of (A, b). None (default): the training seed, so the choice of A is part of a sweep's seed variation;
     # an int holds A fixed across seeds.
-    affine_seed: int | None = None
-
-    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("affine_seed",)
+    seed: int | None = None
 
 
 @register_interface("affine")
@@ -39,7 +36,7 @@ class AffineCode(FixedCode):
         return self.num_bits
 
     def map_seed(self) -> int:
-        seed = self.options.affine_seed
+        seed = self.options.seed
         return 0 if seed is None else seed  # build_model resolves None to the training seed first
 
     def packed_width(self) -> int:
@@ -82,7 +79,7 @@ class AffineCode(FixedCode):
     def describe_code(self) -> str:
         return (
             f"the K-bit binary code of t (K = {self.num_bits}, bit order `{self.bit_order}`), recoded by "
-            f"the affine map c' = A·c ⊕ b over GF(2) (`affine_seed={self.options.affine_seed}`)"
+            f"the affine map c' = A·c ⊕ b over GF(2) (`seed={self.options.seed}`)"
         )
 
     def describe(self) -> str:

@@ -1,7 +1,7 @@
 """The input-interface contract: what every part of tablefree needs from an interface, and the registry.
 
 An interface is one file under ``tablefree/interfaces/`` holding an options dataclass (a subclass of
-``tablefree.model_config.InterfaceConfig``) and a module class derived from ``InputInterface`` and registered by name::
+``interfaces.options.InterfaceConfig``) and a module class derived from ``InputInterface`` and registered by name::
 
     @dataclass
     class MyOptions(InterfaceConfig):
@@ -15,8 +15,8 @@ An interface is one file under ``tablefree/interfaces/`` holding an options data
         def describe(self) -> str: ...              # a paragraph for the exported model card
 
 Everything else has a default that fits a fixed (parameter-free) interface: ``table`` evaluates ``forward`` on
-every id (the V×d matrix an export writes), ``fixed_state`` is the persistent buffers (what checkpoints save
-besides parameters), ``reset_fixed_state`` recomputes buffers from the options, ``export_state`` is what an
+every id (the V×d matrix an export writes), ``reset_fixed_state`` recomputes buffers from the options (after
+``to_empty`` on a meta-built model: ``load_model``, the sharded build), ``export_state`` is what an
 export must carry besides the table, and ``adopt_table`` recognises an exported table on import. The model
 (``init_weights``), checkpoints, ``export``/``import-hf``, ``params`` and the CLI use only this contract.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -33,10 +32,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from tablefree.config_parsing import from_dict
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.options import INTERFACES, InterfaceConfig, parse_interface_options
 
-INTERFACES: dict[str, type[InputInterface]] = {}
 TABLE_CHUNK = 4096  # ids per forward when materialising a table (bounds the memory of large-d tables)
 
 Interface = TypeVar("Interface", bound=type["InputInterface"])
@@ -64,10 +61,6 @@ class InputInterface(nn.Module):
         self.vocab_size = vocab_size
         self.d_model = d_model
 
-    @property
-    def config(self) -> InterfaceConfig:  # the name the fixed codes used before the contract
-        return self.options
-
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -88,15 +81,6 @@ class InputInterface(nn.Module):
         or return False to leave it to the model's default. Deterministic: a sharded build calls it per full
         tensor."""
         return False
-
-    def reset_buffers(self) -> None:
-        """``reset_fixed_state`` under the hook name ``train.parallelize.materialize`` calls."""
-        self.reset_fixed_state()
-
-    def fixed_state(self) -> dict[str, torch.Tensor]:
-        """The fixed (non-trainable) tensors a checkpoint saves: the persistent buffers."""
-        parameters = {name for name, _ in self.named_parameters()}
-        return {name: t for name, t in self.state_dict().items() if name not in parameters}
 
     @torch.no_grad()
     def table(self) -> torch.Tensor:
@@ -151,56 +135,6 @@ def interface_class(name: Any, where: str = "model.interface.name") -> type[Inpu
     return INTERFACES[name]
 
 
-def option_names(options: type[InterfaceConfig]) -> list[str]:
-    return [f.name for f in dataclasses.fields(options) if f.init and f.name != "name"]
-
-
-def parse_interface_options(value: Any, where: str = "model.interface") -> InterfaceConfig:
-    """The options dataclass of the interface named by ``value``: a name, a ``{name: ..., option: ...}``
-    mapping, or options (re-read, so a bare ``InterfaceConfig(name=...)`` becomes the interface's own).
-
-    Options of another registered interface are dropped (a sweep's shared recipe, the earlier flat format);
-    an option no interface has is an error naming the field and the interface's options.
-    """
-    if isinstance(value, InterfaceConfig):
-        if type(value) is not InterfaceConfig and type(value) is interface_class(value.name).Options:
-            return value
-        value = dataclasses.asdict(value)
-    if isinstance(value, str):
-        value = {"name": value}
-    if not isinstance(value, dict):
-        raise ValueError(
-            f"{where}: expected an interface name or a mapping with 'name' and options, got {value!r}"
-        )
-    options = interface_class(value.get("name", "learned"), f"{where}.name").Options
-    own = set(option_names(options))
-    for key, option_value in value.items():
-        if key != "name" and key not in own:  # another interface's option: checked there, then dropped
-            _check_foreign_option(key, option_value, value.get("name", "learned"), sorted(own), where)
-    kept = {key: v for key, v in value.items() if key == "name" or key in own}
-    return _options_from_dict(options, kept, where)
-
-
-def _options_from_dict(options: type[InterfaceConfig], data: dict[str, Any], where: str) -> InterfaceConfig:
-    try:
-        return from_dict(options, data, where)
-    except ValueError as error:
-        if isinstance(error.__cause__, OptionError):  # name the option itself: model.interface.lift
-            raise ValueError(f"{where}.{error.__cause__.option}: {error.__cause__.message}") from None
-        raise
-
-
-def _check_foreign_option(key: str, value: Any, name: str, own: list[str], where: str) -> None:
-    """An option ``name`` does not take must be a valid option of some other interface (so a typo in its
-    name or value is still an error), and is then ignored."""
-    owner = next((cls for cls in INTERFACES.values() if key in option_names(cls.Options)), None)
-    if owner is None:
-        raise ValueError(
-            f"{where}.{key}: no interface has the option {key!r}; {name!r} takes {own or 'no options'}"
-        )
-    _options_from_dict(owner.Options, {"name": owner.name, key: value}, where)
-
-
 def build_interface(
     options: InterfaceConfig | dict[str, Any] | str, vocab_size: int, d_model: int
 ) -> InputInterface:
@@ -237,17 +171,3 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int) -> None:
 def _is_compiling() -> bool:
     compiler = getattr(torch, "compiler", None)
     return bool(compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling())
-
-
-class OptionError(ValueError):
-    """A bad value of one interface option (raised by an options dataclass's ``__post_init__``)."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option, self.message = option, message
-
-
-def choice(option: str, value: Any, allowed: tuple[str, ...]) -> None:
-    """Options validation: ``value`` must be one of ``allowed``."""
-    if value not in allowed:
-        raise OptionError(option, f"expected one of {list(allowed)}, got {value!r}")

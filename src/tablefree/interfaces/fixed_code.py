@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from tablefree.codes import id_bit_of_code_bit, num_bits
-from tablefree.interfaces.base import InputInterface, check_token_ids, choice
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.base import InputInterface, check_token_ids
+from tablefree.interfaces.options import InterfaceConfig, choice
 
 LIFTS = ("tile", "interleave")
 VALUE_SETS = ("01", "pm1")

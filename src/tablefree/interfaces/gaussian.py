@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
-from tablefree.interfaces.base import InputInterface, OptionError, check_token_ids, register_interface
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.base import InputInterface, check_token_ids, register_interface
+from tablefree.interfaces.options import InterfaceConfig, OptionError
 
 MASK32 = 0xFFFF_FFFF
 DEFAULT_SIGMA = 1 / math.sqrt(2)
@@ -33,8 +32,6 @@ class GaussianOptions(InterfaceConfig):
         None  # standard deviation of each entry; None (default): 1/√2 (the {0,1} codes' norm)
     )
     seed: int | None = None  # seed of the table; None (default): the training seed
-
-    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("seed",)
 
     def __post_init__(self) -> None:
         if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma > 0):

@@ -9,13 +9,13 @@ persistent buffers, as for ``affine``; nothing V-sized.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
 from tablefree.interfaces.affine import AffineCode
-from tablefree.interfaces.base import OptionError, register_interface
+from tablefree.interfaces.base import register_interface
 from tablefree.interfaces.fixed_code import LiftOptions
+from tablefree.interfaces.options import OptionError
 
 
 @dataclass
@@ -23,8 +23,6 @@ class HashedOptions(LiftOptions):
     name: str = "hashed"
     bits: int | None = None  # K' < K; None (default): K − 2
     seed: int | None = None  # seed of the hash (A, b); None (default): the training seed
-
-    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("seed",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,9 +45,6 @@ class HashedCode(AffineCode):
                 "fewer bits than the ids have, so that ids collide"
             )
         return bits
-
-    def map_seed(self) -> int:
-        return 0 if self.options.seed is None else self.options.seed
 
     def collisions(self) -> int:
         """How many ids share their code with an id before them: V minus the number of distinct codes."""

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tablefree.interfaces.base import InputInterface, check_token_ids, register_interface
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.options import InterfaceConfig
 
 
 @dataclass

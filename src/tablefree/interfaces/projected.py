@@ -14,21 +14,14 @@ interface itself, at width K. ``init`` chooses W's start:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
 
 from tablefree.codes import num_bits
-from tablefree.interfaces.base import (
-    INTERFACES,
-    InputInterface,
-    choice,
-    parse_interface_options,
-    register_interface,
-)
+from tablefree.interfaces.base import INTERFACES, InputInterface, register_interface
 from tablefree.interfaces.fixed_code import BIT_ORDERS, VALUE_SETS, FixedCode, lift_index
-from tablefree.model_config import InterfaceConfig
+from tablefree.interfaces.options import InterfaceConfig, choice, parse_interface_options
 
 CODES = ("canonical", "affine")
 INITS = ("normal", "lift")
@@ -40,10 +33,8 @@ class ProjectedOptions(InterfaceConfig):
     code: str = "canonical"  # canonical | affine: the code that is projected
     values: str = "01"
     bit_order: str = "lsb"
-    affine_seed: int | None = None  # code=affine: seed of (A, b); None (default): the training seed
+    seed: int | None = None  # code=affine: seed of (A, b); None (default): the training seed
     init: str = "normal"  # normal: N(0, init_std); lift: start as the code's tile lift (the fixed model)
-
-    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("affine_seed",)
 
     def __post_init__(self) -> None:
         choice("code", self.code, CODES)
@@ -66,7 +57,7 @@ class ProjectedCode(InputInterface):
         k = num_bits(vocab_size)
         code = {"name": options.code, "values": options.values, "bit_order": options.bit_order}
         if options.code == "affine":
-            code["affine_seed"] = options.affine_seed
+            code["seed"] = options.seed
         self.code: FixedCode = INTERFACES[options.code](parse_interface_options(code), vocab_size, k)
         self.projection = nn.Linear(k, d_model, bias=False)
 

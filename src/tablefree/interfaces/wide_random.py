@@ -11,11 +11,11 @@ applied through ⌈W/8⌉ byte tables, as for ``affine``. W may be up to 64; W �
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from tablefree.interfaces.affine import AffineCode
-from tablefree.interfaces.base import OptionError, register_interface
+from tablefree.interfaces.base import register_interface
 from tablefree.interfaces.fixed_code import LiftOptions
+from tablefree.interfaces.options import OptionError
 
 MAX_WIDTH = 64  # the packed code is one int64
 
@@ -25,8 +25,6 @@ class WideRandomOptions(LiftOptions):
     name: str = "wide-random"
     width: int = 32  # W, bits per code; more than the ids' K = ceil(log2 V)
     seed: int | None = None  # seed of the random map; None (default): the training seed
-
-    SEED_OPTIONS: ClassVar[tuple[str, ...]] = ("seed",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -51,9 +49,6 @@ class WideRandomCode(AffineCode):
 
     def map_bits(self) -> int:
         return self.options.width
-
-    def map_seed(self) -> int:
-        return 0 if self.options.seed is None else self.options.seed
 
     def describe_code(self) -> str:
         return (

@@ -14,11 +14,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
-from tablefree.fileio import write_json_atomic, write_text_atomic
+from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison, regime, tuning
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
@@ -42,7 +40,7 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     figures_dir = sweep_dir / "figures"
     figures_dir.mkdir(exist_ok=True)
     report["figures"] = draw_figures(runs, report, figures_dir)
-    write_json_atomic(sweep_dir / "report.json", _json_ready(report))
+    write_json_atomic(sweep_dir / "report.json", strict_json(report))
     write_text_atomic(sweep_dir / "report.md", render_markdown(report))
     return report
 
@@ -149,20 +147,6 @@ def _train_config(runs: list[Run]) -> dict[str, Any] | None:
         if path.exists():
             return load_yaml(path)
     return None
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return value.item()
-    if isinstance(value, (np.bool_,)):
-        return bool(value)
-    if isinstance(value, Path):
-        return str(value)
-    return value
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
+from tablefree.compat import ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
-from tablefree.rundir import ESTIMATE_KEYS, RUN_FILES, Run, first_number, read_jsonl
+from tablefree.rundir import RUN_FILES, Run, first_number, read_jsonl
+from tablefree.units import human
 
 INTERFACE_ORDER = ["learned", "canonical", "affine"]
 VALIDATION = "validation"
@@ -42,17 +44,6 @@ def ordered_points(runs: Iterable[Run], config: dict[str, Any]) -> list[str]:
 
 def finished(runs: Iterable[Run]) -> list[Run]:
     return [run for run in runs if run.eval is not None and run.state == "done"]
-
-
-def human(value: float | None) -> str:
-    """2,500,000 → 2.5M; 163,840 → 164k."""
-    if value is None:
-        return "–"
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            text = stats.fmt(value / scale, 3)
-            return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{suffix}"
-    return f"{value:g}"
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -3,12 +3,12 @@ dict. Colours are fixed per interface in every figure: learned blue, canonical o
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tablefree.fileio import atomic_path
 from tablefree.report.comparison import VAL_LOSS, estimate_curve
 from tablefree.rundir import Run
 
@@ -49,10 +49,9 @@ def draw_figures(runs: list[Run], report: dict[str, Any], out_dir: Path) -> list
 def _save_figure(figure: Any, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    tmp = path.with_name(f".{path.stem}.tmp.{os.getpid()}.png")
-    figure.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_path(path, suffix=path.suffix) as tmp:  # savefig reads the format from the suffix
+        figure.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(figure)
-    os.replace(tmp, path)
 
 
 def _plain_axis(ax: Any, axis: str = "x") -> None:

@@ -6,8 +6,9 @@ from typing import Any
 
 import yaml
 
-from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, human
+from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS
 from tablefree.stats import fmt
+from tablefree.units import human
 
 ESTIMATE_NAME = "in-training validation estimate"
 EVALUATION_NAME = "validation loss (evaluation over the validation split)"

@@ -14,8 +14,9 @@ import numpy as np
 import yaml
 
 from tablefree import stats
+from tablefree.fileio import read_json
 from tablefree.report import comparison
-from tablefree.rundir import RUN_FILES, Run, read_json
+from tablefree.rundir import RUN_FILES, Run
 
 SELECTION_FILE = RUN_FILES["selection"]  # written by compare beside eval.json
 OWN_RATE = "own best rate"
@@ -128,7 +129,7 @@ def _check(
 
 def _selection_source(runs: list[Run]) -> dict[str, Any]:
     """What the choice is made on: the selection split when every run has one, else the in-training estimate."""
-    found = [read_json(run.directory / SELECTION_FILE) for run in runs]
+    found = [read_json(run.directory / SELECTION_FILE, default=None) for run in runs]
     if found and all(isinstance(entry, dict) and "selection_loss" in entry for entry in found):
         first = found[0]
         return {
@@ -153,7 +154,7 @@ def _selection_source(runs: list[Run]) -> dict[str, Any]:
 
 def _selection_loss(run: Run, source: dict[str, Any]) -> float | None:
     if source["name"] == "selection split":
-        entry = read_json(run.directory / SELECTION_FILE) or {}
+        entry = read_json(run.directory / SELECTION_FILE, default=None) or {}
         value = entry.get("selection_loss")
         return float(value) if isinstance(value, (int, float)) else None
     return run.final_estimate()

@@ -48,11 +48,6 @@ class DistInfo:
         return dist.is_available() and dist.is_initialized()
 
 
-def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    """The device of this process: ``tablefree.device.resolve_device`` with torchrun's local rank."""
-    return resolve_device(requested, local_rank=local_rank)
-
-
 def init_distributed(requested_device: str = "auto", force_process_group: bool = False) -> DistInfo:
     """Initialise the process group from torchrun's environment (or do nothing for a single process).
 
@@ -60,7 +55,7 @@ def init_distributed(requested_device: str = "auto", force_process_group: bool =
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    device = pick_device(requested_device, local_rank)
+    device = resolve_device(requested_device, local_rank=local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if (world_size > 1 or force_process_group) and not dist.is_initialized():
@@ -142,7 +137,7 @@ def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
 
     Each full parameter is drawn by the model's own ``init_tensor`` (per-name seeded, so the same on every rank)
     and each rank keeps its shard of it: one full tensor at a time is ever allocated (the largest is the V×d
-    head). The fixed buffers of the input interface are recomputed by its ``reset_buffers`` hook.
+    head). The fixed buffers of the input interface are recomputed from its options (``reset_fixed_state``).
     """
     model.to_empty(device=device)
     init_tensor = model.init_tensor
@@ -154,10 +149,7 @@ def materialize(model: nn.Module, device: torch.device, seed: int) -> None:
             param.to_local().copy_(local_shard(full, param))
         else:
             init_tensor(name, param, seed)
-    for module in model.modules():
-        reset_buffers = getattr(module, "reset_buffers", None)
-        if callable(reset_buffers):
-            reset_buffers()
+    model.input.reset_fixed_state()
 
 
 def unwrapped_name(name: str) -> str:

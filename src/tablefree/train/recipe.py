@@ -23,7 +23,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tablefree.config_parsing import from_dict_with_overrides, load_yaml, parse_count
-from tablefree.model_config import PRESETS, InterfaceConfig, ModelConfig, preset
+from tablefree.interfaces.options import InterfaceConfig
+from tablefree.model_config import PRESETS, ModelConfig, preset
 
 
 @dataclass
@@ -55,7 +56,7 @@ class ModelSpec:
 
     def build(self, dataset_vocab_size: int | None = None, seed: int | None = None) -> ModelConfig:
         """The ModelConfig: preset, then overrides, then the dataset's vocabulary size; interface seeds that
-        follow the training seed (e.g. ``affine_seed: null``) are set to ``seed`` when given.
+        follow the training seed (``seed: null``) are set to ``seed`` when given.
 
         An explicitly set ``vocab_size`` that disagrees with the dataset is an error (the model could not embed
         or predict the dataset's tokens); the preset's default vocabulary silently yields to the dataset's.
@@ -73,7 +74,7 @@ class ModelSpec:
                     "tokens; remove model.vocab_size (it defaults to the dataset's) or use a matching dataset"
                 )
             overrides["vocab_size"] = dataset_vocab_size
-        config = preset(self.preset, interface=dict(vars(self.interface)), **overrides)
+        config = preset(self.preset, interface=self.interface, **overrides)  # options parsed once, here
         return config if seed is None else config.resolve_seed(seed)
 
 

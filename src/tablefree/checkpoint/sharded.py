@@ -10,26 +10,20 @@ memory). A sharded checkpoint instead has each rank write and read only its own 
 
 DCP reshards on load, so such a checkpoint resumes at any world size, with FSDP2, DDP or one process. For
 inference it is read in one process without a process group (``read_model_state``): ``tablefree eval``,
-``export`` and ``generate`` take it as they take a full checkpoint, and ``consolidate`` writes the usual single
-``model.safetensors`` beside it.
+``export`` and ``generate`` take it as they take a full checkpoint, and ``model_dir.consolidate`` writes the
+usual single ``model.safetensors`` beside it.
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-SHARDED_DIR = "sharded"
-
-
-def is_sharded(directory: str | Path) -> bool:
-    return (Path(directory) / SHARDED_DIR / ".metadata").is_file()
+from tablefree.checkpoint.layout import SHARDED_DIR
 
 
 def save_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -58,18 +52,3 @@ def read_model_state(directory: str | Path, model: torch.nn.Module) -> None:
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(state, checkpoint_id=str(Path(directory) / SHARDED_DIR), no_dist=True)
     model.load_state_dict(state["model"], strict=True)
-
-
-def consolidate(directory: str | Path, model_file: str = "model.safetensors") -> Path:
-    """Write the full weights of the sharded checkpoint ``directory`` as one safetensors file beside it
-    (atomically), the format of an unsharded checkpoint; returns its path."""
-    from tablefree.model_files import empty_model, model_state, read_model_config
-
-    directory = Path(directory)
-    model = empty_model(read_model_config(directory))
-    read_model_state(directory, model)
-    path = directory / model_file
-    tmp = directory / f".{model_file}.tmp"
-    save_file(model_state(model), str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, path)
-    return path

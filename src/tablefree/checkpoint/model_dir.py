@@ -1,20 +1,12 @@
-"""Model files of a checkpoint: weights in safetensors, configuration in JSON. No pickle is ever loaded here.
+"""A model directory's files (layout in ``tablefree.checkpoint``): weights in safetensors, configuration and
+meta in JSON; written here and read here. No pickle is ever loaded here.
 
-A checkpoint is a directory::
-
-    step_000100/
-        model.safetensors   # weights and the fixed interfaces' persistent buffers (A and b for affine)
-        config.json         # {"model": ModelConfig as a dict, ...the rest of the run config}
-        tokenizer.json      # the tokenizer the model was trained with (when known)
-        meta.json           # step, tokens seen, tokenizer hash, ...
-        COMPLETE            # written last: a directory without it is not a checkpoint
-
-Training adds its own state next to these (see ``tablefree.train.checkpoints``).
+``load_model`` is the one entry through which evaluation, export, generation and analysis read a model's
+weights (full or sharded), so a check of what is read belongs in it.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,18 +14,21 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from tablefree.checkpoint.layout import (
+    COMPLETE_MARKER,
+    CONFIG_FILE,
+    META_FILE,
+    MODEL_FILE,
+    SHARDED_DIR,
+    TOKENIZER_FILE,
+    resolve_checkpoint,
+)
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.device import resolve_device
-from tablefree.fileio import read_json, write_json_atomic
+from tablefree.fileio import atomic_path, read_json, write_json_atomic
 from tablefree.model import TablefreeLM
 from tablefree.model_config import ModelConfig
 from tablefree.safetensors_header import check_model_weights
-
-COMPLETE_MARKER = "COMPLETE"
-MODEL_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-META_FILE = "meta.json"
-TOKENIZER_FILE = "tokenizer.json"
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -53,46 +48,21 @@ def save_model_files(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if state is not None:
-        tmp = directory / f".{MODEL_FILE}.tmp"
-        save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, directory / MODEL_FILE)
+        write_safetensors_atomic(directory / MODEL_FILE, state)
     write_json_atomic(directory / CONFIG_FILE, config)
     write_json_atomic(directory / META_FILE, meta)
     if tokenizer_path is not None:
         shutil.copyfile(tokenizer_path, directory / TOKENIZER_FILE)
 
 
+def write_safetensors_atomic(path: Path, state: dict[str, torch.Tensor]) -> None:
+    """A safetensors file written under a hidden temporary name and renamed into place."""
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt"})
+
+
 def mark_complete(directory: str | Path) -> None:
     write_json_atomic(Path(directory) / COMPLETE_MARKER, {"complete": True})
-
-
-def is_complete(directory: str | Path) -> bool:
-    return (Path(directory) / COMPLETE_MARKER).exists()
-
-
-def complete_steps(parent: str | Path) -> list[Path]:
-    """The complete ``step_*`` checkpoint directories directly under ``parent``, oldest first."""
-    parent = Path(parent)
-    if not parent.is_dir():
-        return []
-    return sorted(p for p in parent.glob("step_*") if p.is_dir() and is_complete(p))
-
-
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory from a checkpoint, a run directory, or a directory of ``step_*`` checkpoints:
-    the newest complete one."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    if is_complete(path):
-        return path
-    for parent in (path / "checkpoints", path):
-        steps = complete_steps(parent)
-        if steps:
-            return steps[-1]
-    raise FileNotFoundError(
-        f"{path}: no complete checkpoint (a step_* directory with a {COMPLETE_MARKER} marker)"
-    )
 
 
 def read_model_config(checkpoint: str | Path) -> ModelConfig:
@@ -103,14 +73,9 @@ def read_model_config(checkpoint: str | Path) -> ModelConfig:
     return from_dict(ModelConfig, config["model"], where=f"{directory / CONFIG_FILE}:model")
 
 
-def usable_device(device: str | torch.device) -> torch.device:
-    """``device`` as a torch.device; ``tablefree.device.resolve_device`` (kept under this name for callers)."""
-    return resolve_device(device)
-
-
 def empty_model(config: ModelConfig, device: str | torch.device = "cpu") -> TablefreeLM:
     """A model whose saved tensors are about to be loaded: built on the meta device and materialised without
-    drawing random weights (21.8 s of CPU at paper-1.7b, all overwritten), with the fixed codes, which are not
+    drawing random weights (all of which would be overwritten), with the fixed codes, which are not
     saved, recomputed from their options."""
     with torch.device("meta"):
         model = TablefreeLM(config)
@@ -124,8 +89,8 @@ def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tu
     device = resolve_device(device)
     directory = resolve_checkpoint(checkpoint)
     model = empty_model(read_model_config(directory), device)
-    if not (directory / MODEL_FILE).exists() and (directory / "sharded").is_dir():
-        from tablefree.train.sharded import read_model_state  # a sharded (DCP) training checkpoint
+    if not (directory / MODEL_FILE).exists() and (directory / SHARDED_DIR).is_dir():
+        from tablefree.checkpoint.sharded import read_model_state  # DCP: imported only when read
 
         read_model_state(directory, model)
         return model.eval(), directory
@@ -148,3 +113,16 @@ def save_model(
     save_model_files(directory, model_state(model), config, meta or {}, tokenizer_path)
     mark_complete(directory)
     return Path(directory)
+
+
+def consolidate(directory: str | Path) -> Path:
+    """Write the full weights of the sharded checkpoint ``directory`` as one ``model.safetensors`` beside it
+    (atomically), the format of an unsharded checkpoint; returns its path."""
+    from tablefree.checkpoint.sharded import read_model_state
+
+    directory = Path(directory)
+    model = empty_model(read_model_config(directory))
+    read_model_state(directory, model)
+    path = directory / MODEL_FILE
+    write_safetensors_atomic(path, model_state(model))
+    return path
