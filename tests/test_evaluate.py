@@ -551,6 +551,7 @@ def test_run_eval_writes_results_and_examples(shared_data, checkpoint, model, to
         val_data=tmp_path / "data",
         bootstrap_iters=1000,
         out=tmp_path / "results.json",
+        dtype="fp32",  # compared below with an fp32 forward pass; `auto` is bf16 on CPUs that multiply it natively
     )
     assert json.loads((tmp_path / "results.json").read_text()) == json.loads(json.dumps(results))
     assert results["checkpoint"] == str(checkpoint) and results["step"] == 7
