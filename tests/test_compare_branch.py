@@ -258,3 +258,26 @@ def test_the_papers_regime_is_their_published_shape(tmp_path: Path) -> None:
     assert paper["table_share"] == 100_663_296 / 1_812_039_680
     assert paper["tokens_per_param"] == 100e9 / 1_812_039_680
     assert (paper["code_bits"], paper["d_model"]) == (16, 2048)
+
+
+def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
+    """Extending a rate grid for one interface keeps the earlier points (trained for every interface)."""
+    from tablefree.compare import write_sweep_config
+    from tablefree.config_parsing import load_yaml
+
+    data = make_dataset(tmp_path / "data")
+    out = tmp_path / "sweep"
+    out.mkdir()
+    config = branched(tmp_path, data)
+    config.grid = from_dict(CompareConfig, {"grid": {"lr": [1e-3, 2e-3]}}).grid
+    write_sweep_config(config, out)
+    config.grid = from_dict(
+        CompareConfig, {"grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [1e-3, 2e-3, 4e-3]}}}
+    ).grid
+    write_sweep_config(config, out)
+    points = {p["name"]: p.get("interfaces") for p in load_yaml(out / "compare.yaml")["grid_points"]}
+    assert points == {"lr1e-3": None, "lr2e-3": None, "lr4e-3": ["canonical"]}
+    config.grid = from_dict(CompareConfig, {"grid": {"lr": [5e-3], "budget": ["9 steps"]}}).grid
+    config.train = {**RECIPE, "budget": "8 steps"}
+    with pytest.raises(ValueError, match="different training recipe|other settings"):
+        write_sweep_config(config, out)

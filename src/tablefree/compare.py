@@ -761,14 +761,20 @@ def _union(first: list, second: list) -> list:
 
 def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dict]:
     """Grid points of an earlier run of the sweep and of this one; a name may not change its settings."""
-    merged = {p["name"]: p for p in first}
+    merged = {p["name"]: dict(p) for p in first}
     for point in second:
-        if point["name"] in merged and merged[point["name"]] != point:
+        earlier = merged.get(point["name"])
+        if earlier is not None and earlier["train"] != point["train"]:
             raise ValueError(
-                f"grid point {point['name']} had other settings in {path} ({merged[point['name']]['train']}); "
+                f"grid point {point['name']} had other settings in {path} ({earlier['train']}); "
                 "runs from two recipes must not be mixed: use another --out"
             )
-        merged.setdefault(point["name"], point)
+        if earlier is None:
+            merged[point["name"]] = dict(point)
+        elif "interfaces" not in point:  # trained for every interface now
+            earlier.pop("interfaces", None)
+        elif "interfaces" in earlier:  # a rate listed for more interfaces later
+            earlier["interfaces"] = _union(earlier["interfaces"], point["interfaces"])
     return list(merged.values())
 
 
