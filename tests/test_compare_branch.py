@@ -277,7 +277,9 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
     write_sweep_config(config, out)
     points = {p["name"]: p.get("interfaces") for p in load_yaml(out / "compare.yaml")["grid_points"]}
     assert points == {"lr1e-3": None, "lr2e-3": None, "lr4e-3": ["canonical"]}
-    config.grid = from_dict(CompareConfig, {"grid": {"lr": [5e-3], "budget": ["9 steps"]}}).grid
-    config.train = {**RECIPE, "budget": "8 steps"}
-    with pytest.raises(ValueError, match="different training recipe|other settings"):
+    # a model entry whose name now stands for other settings is refused
+    config.grid = from_dict(CompareConfig, {"grid": {"model": [{"name": "m", "d_model": 32}]}}).grid
+    write_sweep_config(config, out)
+    config.grid = from_dict(CompareConfig, {"grid": {"model": [{"name": "m", "d_model": 64}]}}).grid
+    with pytest.raises(ValueError, match="other settings"):
         write_sweep_config(config, out)
