@@ -1,0 +1,168 @@
+"""A sweep on a cluster: submitit's local executor runs the per-run unit (preempted, requeued, resumed); the
+plain sbatch script; the configuration's checks. tests/test_slurm_cluster.py runs the same on a real SLURM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tablefree import launch
+from tablefree.compare import CompareConfig, emit_sbatch, plan_runs, run_sweep, sweep_status
+from tablefree.config_parsing import from_dict
+
+RECIPE = {
+    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
+    "budget": "8 steps",
+    "batch_tokens": 512,
+    "micro_batch": 8,
+    "seq_len": 64,
+    "optim": {"lr": 2e-3},
+    "schedule": {"name": "cosine", "warmup_steps": 2},
+    "log_every": 1,
+    "val_every": 1000,
+    "val_batches": 2,
+    "checkpoint_every": 1000,
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real byte-level BPE dataset from the language reference that ships with Python."""
+    from pydoc_data.topics import topics
+
+    from tablefree.data.prepare import prepare_dataset
+
+    root = tmp_path_factory.mktemp("data")
+    corpus = root / "topics.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
+    prepare_dataset(corpus, root / "topics-512", vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    return root / "topics-512"
+
+
+def config(dataset: Path, out: Path, backend: str = "slurm", **recipe) -> CompareConfig:
+    data = {
+        "name": "toy",
+        "train": {**RECIPE, **recipe},
+        "dataset": {"dir": str(dataset)},
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0, 1],
+        "eval": {"tasks": ["validation"], "val_limit": 4},
+        "launch": {"backend": backend, "slurm": {"executor": "local", "signal_delay_s": 30}},
+        "out": str(out),
+        "bootstrap": 200,
+    }
+    return from_dict(CompareConfig, data)
+
+
+def test_launch_config_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"launch.backend: expected local or slurm, got 'pbs'"):
+        from_dict(CompareConfig, {"launch": {"backend": "pbs"}})
+    with pytest.raises(ValueError, match=r"launch.slurm.nodes > 1 needs launch.nproc_per_node >= 1"):
+        from_dict(CompareConfig, {"launch": {"backend": "slurm", "slurm": {"nodes": 2}}})
+    with pytest.raises(ValueError, match=r"launch.slurm.executor: expected one of"):
+        from_dict(CompareConfig, {"launch": {"slurm": {"executor": "cloud"}}})
+
+
+def test_emit_sbatch_writes_one_line_per_unfinished_run(dataset: Path, tmp_path: Path) -> None:
+    sweep = config(dataset, tmp_path / "sweep")
+    sweep.launch.slurm.partition = "gpu"
+    sweep.launch.slurm.sbatch = {"constraint": "a100", "exclusive": True}
+    script_path = tmp_path / "sweep.sbatch"
+    emit_sbatch(sweep, script_path, log=lambda *_: None)
+    script = script_path.read_text()
+    subprocess.run(["bash", "-n", str(script_path)], check=True)  # valid bash
+    assert os.access(script_path, os.X_OK)
+    options = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    for expected in (
+        "--array=0-3%4",
+        "--signal=USR2@30",
+        "--requeue",
+        "--partition=gpu",
+        "--ntasks-per-node=1",
+    ):
+        assert f"#SBATCH {expected}" in options
+    assert "#SBATCH --constraint=a100" in options and "#SBATCH --exclusive" in options
+    runs = script.split("RUNS=(\n")[1].split("\n)")[0].splitlines()
+    names = [run.name for run in plan_runs(sweep)]
+    assert len(runs) == 4
+    for line, name in zip(runs, names, strict=True):
+        assert line.strip().strip("'").endswith(f"--no-report --only {name}")
+    # the tasks load the resolved config: the same runs, with the local backend inside the job
+    resolved = tmp_path / "sweep" / "slurm" / "sweep.yaml"
+    assert f"--config {resolved}" in runs[0]
+    from tablefree.compare import load_compare_config
+
+    inside = load_compare_config(resolved)
+    assert inside.launch.backend == "local"
+    assert [run.name for run in plan_runs(inside)] == names
+    assert f"-eq {launch.REQUEUE_EXIT_CODE} ]; then" in script and "scontrol requeue" in script
+
+
+def _task_pid(controller_pid: int, timeout_s: float = 60) -> int:
+    """The task process that submitit's local controller (the job id) started."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{controller_pid}/task/{controller_pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise TimeoutError(f"submitit controller {controller_pid} started no task")
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_local_executor_run_is_preempted_requeued_and_resumes_exactly(dataset: Path, tmp_path: Path) -> None:
+    steps = {"budget": "150 steps"}
+    sweep = config(dataset, tmp_path / "cluster", **steps)
+    sweep.interfaces, sweep.seeds = ["canonical"], [0]
+    outcome = run_sweep(sweep, log=lambda *_: None)
+    [job] = outcome["jobs"].values()
+    [run] = plan_runs(sweep)
+    metrics = run.directory / "metrics.jsonl"
+    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 120, "no training steps")
+    os.kill(_task_pid(int(job)), launch.PREEMPT_SIGNAL)  # what SLURM sends before a time limit
+    _wait(lambda: sweep_status(sweep, [run])[run.name]["state"] == "done", 240, "the run did not finish")
+
+    log = "".join(path.read_text() for path in (tmp_path / "cluster" / "slurm").rglob("*.out"))
+    assert "stopped by SIGUSR2 after step" in log
+    assert "checkpoint saved, requeueing" in log
+    assert "resumed from" in log
+    local = config(dataset, tmp_path / "local", backend="local", **steps)
+    local.interfaces, local.seeds = ["canonical"], [0]
+    run_sweep(local, report=False, log=lambda *_: None)
+    [reference] = plan_runs(local)
+
+    def losses(directory: Path) -> dict[int, float]:
+        records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+
+    assert losses(run.directory) == losses(reference.directory)  # bit for bit across the preemption
+    evaluated, expected = (
+        json.loads((d / "eval.json").read_text()) for d in (run.directory, reference.directory)
+    )
+    assert evaluated["tasks"] == expected["tasks"]
+
+
+def test_sigusr2_stops_the_trainer_like_sigterm() -> None:
+    from tablefree.train.trainer import STOP_SIGNALS, StopSignal
+
+    assert launch.PREEMPT_SIGNAL in STOP_SIGNALS
+    stop = StopSignal()
+    with stop.installed():
+        signal.raise_signal(launch.PREEMPT_SIGNAL)
+    assert stop.requested == "SIGUSR2"
