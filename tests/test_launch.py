@@ -12,54 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from sweep_helpers import config, topics_dataset
 from tablefree import launch
 from tablefree.compare import CompareConfig, emit_sbatch, plan_runs, run_sweep, sweep_status
 from tablefree.config_parsing import from_dict
 
-RECIPE = {
-    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},
-    "budget": "8 steps",
-    "batch_tokens": 512,
-    "micro_batch": 8,
-    "seq_len": 64,
-    "optim": {"lr": 2e-3},
-    "schedule": {"name": "cosine", "warmup_steps": 2},
-    "log_every": 1,
-    "val_every": 1000,
-    "val_batches": 2,
-    "checkpoint_every": 1000,
-}
-
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real byte-level BPE dataset from the language reference that ships with Python."""
-    from pydoc_data.topics import topics
-
-    from tablefree.data.prepare import prepare_dataset
-
-    root = tmp_path_factory.mktemp("data")
-    corpus = root / "topics.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
-    )
-    prepare_dataset(corpus, root / "topics-512", vocab_size=512, val_fraction=0.1, workers=1, progress=False)
-    return root / "topics-512"
-
-
-def config(dataset: Path, out: Path, backend: str = "slurm", **recipe) -> CompareConfig:
-    data = {
-        "name": "toy",
-        "train": {**RECIPE, **recipe},
-        "dataset": {"dir": str(dataset)},
-        "interfaces": ["learned", "canonical"],
-        "seeds": [0, 1],
-        "eval": {"tasks": ["validation"], "val_limit": 4},
-        "launch": {"backend": backend, "slurm": {"executor": "local", "signal_delay_s": 30}},
-        "out": str(out),
-        "bootstrap": 200,
-    }
-    return from_dict(CompareConfig, data)
+    return topics_dataset(tmp_path_factory.mktemp("data"))
 
 
 def test_launch_config_is_checked() -> None:
