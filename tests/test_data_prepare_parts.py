@@ -81,3 +81,32 @@ def test_merge_refuses_missing_or_foreign_parts(corpus: tuple[Path, Path], tmp_p
         prepare_dataset(files, out, part=(2, 2), **SETTINGS)
     with pytest.raises(ValueError, match=r"5 parts, but the corpus has only 4 files"):
         prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 5), **SETTINGS)
+
+
+@pytest.mark.slow
+def test_parts_run_as_an_array_through_the_launcher(corpus: tuple[Path, Path], tmp_path: Path) -> None:
+    """The parts as array tasks (submitit's local executor: the same calls a SLURM array makes), then merged."""
+    import functools
+    import time
+
+    from tablefree import launch
+
+    files, tokenizer = corpus
+    out = tmp_path / "array"
+    tasks = {
+        f"part-{i}": functools.partial(
+            prepare_dataset, files, out, tokenizer=tokenizer, part=(i, 2), **SETTINGS
+        )
+        for i in (1, 2)
+    }
+    launch.submit(
+        launch.SlurmSpec(executor="local"), tmp_path / "jobs", "prepare", tasks, log=lambda *_: None
+    )
+    deadline = time.monotonic() + 120
+    while len(list((out / PARTS_DIR).glob("*/part.json"))) < 2:
+        assert time.monotonic() < deadline, "the array's parts did not finish"
+        time.sleep(0.1)
+    merged = prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **SETTINGS)
+    single = prepare_dataset(files, tmp_path / "single", tokenizer=tokenizer, **SETTINGS)
+    merged.pop("created"), single.pop("created")
+    assert merged == single

@@ -31,7 +31,7 @@ from tablefree.rundir import read_json
 PREEMPT_SIGNAL = signal.SIGUSR2
 JOBS_FILE = "jobs.json"  # {run name: scheduler job id}, in the jobs folder
 REQUEUE_EXIT_CODE = 75  # EX_TEMPFAIL: `compare --only RUN` was preempted; the sbatch script requeues on it
-EXECUTORS = ("slurm", "local", "debug")
+EXECUTORS = ("slurm", "local")
 ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED"}
 
 
@@ -57,7 +57,7 @@ class SlurmSpec:
     )  # shell lines before srun, e.g. "source .venv/bin/activate"
     sbatch: dict[str, Any] = field(default_factory=dict)  # extra sbatch options, e.g. {constraint: a100}
     python: str | None = None  # the python command on the nodes; None: this interpreter
-    executor: str = "slurm"  # slurm; local or debug: submitit's executors on this machine (for testing)
+    executor: str = "slurm"  # slurm; local: submitit's local executor, the tasks on this machine (testing)
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -161,7 +161,7 @@ def recorded_jobs(folder: Path) -> dict[str, str]:
 
 def queue_states(spec: SlurmSpec) -> dict[str, str]:
     """{job id: state} of this user's jobs in the SLURM queue (array tasks one by one); {} off SLURM
-    (the local and debug executors have no queue to ask)."""
+    (the local executor has no queue to ask)."""
     if spec.executor != "slurm":
         return {}
     command = ["squeue", "--me", "--noheader", "--array", "--format=%i|%T"]
