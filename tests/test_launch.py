@@ -127,3 +127,33 @@ def test_sigusr2_stops_the_trainer_like_sigterm() -> None:
     with stop.installed():
         signal.raise_signal(launch.PREEMPT_SIGNAL)
     assert stop.requested == "SIGUSR2"
+
+
+@pytest.mark.slow
+def test_a_sbatch_line_exits_for_requeue_when_preempted_and_then_finishes(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """One line of the sbatch script, as a task runs it: SIGUSR2 while training -> saved, exit status 75
+    (the script requeues on it); the same line again resumes and finishes."""
+    import shlex
+    import sys
+
+    sweep = config(dataset, tmp_path / "sweep", budget="300 steps")
+    sweep.interfaces, sweep.seeds = ["affine"], [1]
+    sweep.launch.slurm.python = shlex.quote(sys.executable)
+    emit_sbatch(sweep, tmp_path / "sweep.sbatch", log=lambda *_: None)
+    [line] = (tmp_path / "sweep.sbatch").read_text().split("RUNS=(\n")[1].split("\n)")[0].splitlines()
+    command = shlex.split(shlex.split(line)[0])
+    [run] = plan_runs(sweep)
+    metrics = run.directory / "metrics.jsonl"
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 120, "no training step")
+    process.send_signal(launch.PREEMPT_SIGNAL)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == launch.REQUEUE_EXIT_CODE, output
+    assert "stopped by SIGUSR2 after step" in output and "exiting for requeue" in output
+    assert sweep_status(sweep, [run])[run.name]["state"] == "interrupted"
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resumed from" in again.stdout
+    assert sweep_status(sweep, [run])[run.name]["state"] == "done"
