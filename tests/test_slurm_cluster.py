@@ -64,6 +64,9 @@ def test_sweep_on_slurm_preempted_requeued_resumed_and_reported_as_locally(
 
     metrics = target.directory / "metrics.jsonl"
     _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "no training step")
+    # slurmctld 22.05 delivers the signal, yet answers "Job can not be altered now, try again later" for an
+    # array task; scancel retries for a while, so the task may be preempted a second time after its requeue
+    # (each resume is exact: the report below equals the local one).
     subprocess.run(["scancel", f"--signal={launch.PREEMPT_SIGNAL.name[3:]}", job], check=True)
 
     _wait(
