@@ -17,6 +17,9 @@ settings, the benchmark files) is checked before anything trains.
 Resumable: a run with a completed summary and evaluation results for every requested task is skipped; a
 trained but unevaluated run is only evaluated; any other run resumes from its newest checkpoint (or starts).
 A run that fails has its traceback written to ``error.txt`` and the sweep goes on with the others.
+
+``launch.backend: slurm`` submits the runs instead, as one SLURM job array whose tasks call ``run_job`` (the
+same ``execute_run``) and returns; ``sweep_status`` reads each run's state back (``tablefree.launch``).
 """
 
 from __future__ import annotations
@@ -452,6 +455,8 @@ def submit_sweep(config: CompareConfig, plans: list[RunPlan], log=print) -> dict
     log(
         f"`tablefree compare --config ... --status` shows each run; `tablefree report {config.out_dir}` at the end"
     )
+    if config.analysis:
+        log("note: analysis: true is not run on the cluster; run `tablefree analyze` on the finished runs")
     return {"out": str(config.out_dir), "runs": runs, "failed": [], "report": None, "jobs": jobs}
 
 
