@@ -1,5 +1,5 @@
 # `make demo` installs tablefree into .venv and runs the embedded-default experiment.
-# `make test` installs tablefree (with its interop and dev extras) into .venv and runs the test suite (CI).
+# `make test` installs tablefree (with its interop, slurm and dev extras) into .venv and runs the test suite (CI).
 # `make test-fast` runs it without the tests marked slow (end-to-end runs), for the edit-test loop.
 # TORCH picks the PyTorch build: the default is the CPU wheel; on a GPU machine use e.g. `make TORCH=torch demo`.
 VENV ?= .venv
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[interop,dev]"
+	$(PY) -m pip install -q -e ".[interop,slurm,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -17,14 +17,20 @@ settings, the benchmark files) is checked before anything trains.
 Resumable: a run with a completed summary and evaluation results for every requested task is skipped; a
 trained but unevaluated run is only evaluated; any other run resumes from its newest checkpoint (or starts).
 A run that fails has its traceback written to ``error.txt`` and the sweep goes on with the others.
+
+``launch.backend: slurm`` submits the runs instead, as one SLURM job array whose tasks call ``run_job`` (the
+same ``execute_run``) and returns; ``sweep_status`` reads each run's state back (``tablefree.launch``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
+import functools
 import itertools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +45,7 @@ import yaml
 from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, to_dict
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
+from tablefree.launch import SlurmSpec
 from tablefree.rundir import RUN_FILES, SWEEP_CONFIG, run_directory, run_name
 
 
@@ -175,12 +182,23 @@ def rate_name(lr: float) -> str:
 @dataclass
 class LaunchSpec:
     """``nproc_per_node: 0`` trains in this process; N >= 1 runs each training as
-    ``torchrun --nproc_per_node N [torchrun_args] -m tablefree.cli train --config ... --run-dir ... --resume``."""
+    ``torchrun --nproc_per_node N [torchrun_args] -m tablefree.cli train --config ... --run-dir ... --resume``.
+    ``backend: slurm`` runs every run as one task of a SLURM job array instead (``tablefree.launch``)."""
 
+    backend: str = "local"  # local | slurm
     nproc_per_node: int = 0
     torchrun_args: list[str] = field(
         default_factory=list
     )  # e.g. ["--nnodes", "2", "--rdzv-endpoint", "host:29500"]
+    slurm: SlurmSpec = field(default_factory=SlurmSpec)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("local", "slurm"):
+            raise ValueError(f"launch.backend: expected local or slurm, got {self.backend!r}")
+        if self.backend == "slurm" and self.slurm.nodes > 1 and self.nproc_per_node < 1:
+            raise ValueError(
+                "launch.slurm.nodes > 1 needs launch.nproc_per_node >= 1 (one torchrun per node)"
+            )
 
 
 @dataclass
@@ -441,7 +459,8 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     limits = (results.get("limit"), results.get("val_limit"))
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
     # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
-    per_document = "validation" not in spec.tasks or "per_document" in results["tasks"].get("validation", {})
+    tasks = results.get("tasks", {})  # none yet: trained, not evaluated
+    per_document = "validation" not in spec.tasks or "per_document" in tasks.get("validation", {})
     examples = (run.directory / RUN_FILES["examples"]).exists()
     selection = (
         not (run.recipe.get("data") or {}).get("select_every")
@@ -460,6 +479,8 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     check_sweep(config, plans)
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, out)
+    if config.launch.backend == "slurm":
+        return submit_sweep(config, plans, log)
     outcome: dict[str, str] = {}
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
@@ -562,6 +583,121 @@ def _link_or_copy(source: str, target: str) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# On a SLURM cluster: each run is one array task calling run_job (tablefree.launch submits and requeues)
+
+
+def jobs_folder(config: CompareConfig) -> Path:
+    return Path(config.launch.slurm.folder or config.out_dir / "slurm")
+
+
+def sweep_status(config: CompareConfig, plans: list[RunPlan]) -> dict[str, dict[str, str]]:
+    """{run name: {"state": from the run directory, "job": id, "queue": the scheduler's state}}; ``state``
+    is ``done``, ``trained``, ``todo`` or the status file's ``failed``/``interrupted``/``running``."""
+    from tablefree import launch
+
+    jobs = launch.recorded_jobs(jobs_folder(config))
+    queue = launch.queue_states(config.launch.slurm) if jobs else {}
+    status = {}
+    for run in plans:
+        state = run_state(run, config.eval)
+        recorded = (read_json(run.directory / RUN_FILES["status"], default=None) or {}).get("state")
+        if state != "done" and recorded in ("failed", "interrupted", "running"):
+            state = recorded
+        job = jobs.get(run.name, "")
+        status[run.name] = {"state": state, "job": job, "queue": queue.get(job, "")}
+    return status
+
+
+def submit_sweep(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[str, Any]:
+    """Submit every run that is neither done nor queued as one SLURM job array, and return at once."""
+    from tablefree import launch
+
+    status = sweep_status(config, plans)
+    runs: dict[str, str] = {}
+    tasks = {}
+    for run in plans:
+        current = status[run.name]
+        if current["state"] == "done":
+            runs[run.name] = "done"
+        elif current["queue"] in launch.ACTIVE_STATES:
+            runs[run.name] = f"queued ({current['queue']}, job {current['job']})"
+        elif run.branch is not None and status[run.branch.trunk]["state"] not in ("done", "trained"):
+            # a budget branch starts from its trunk's checkpoint: submitted by the next `compare` after it
+            runs[run.name] = f"waits for {run.branch.trunk} (re-run this command once it has finished)"
+        else:
+            tasks[run.name] = functools.partial(run_job, config, run)
+    folder = jobs_folder(config)
+    jobs = launch.submit(config.launch.slurm, folder, config.name, tasks, log)
+    runs.update({name: f"submitted (job {job})" for name, job in jobs.items()})
+    for name, state in runs.items():
+        log(f"{name}: {state}")
+    log(
+        f"`tablefree compare --config ... --status` shows each run; `tablefree report {config.out_dir}` at the end"
+    )
+    if config.analysis:
+        log("note: analysis: true is not run on the cluster; run `tablefree analyze` on the finished runs")
+    return {"out": str(config.out_dir), "runs": runs, "failed": [], "report": None, "jobs": jobs}
+
+
+def run_job(config: CompareConfig, run: RunPlan) -> str:
+    """One run as one cluster task, the same on every node of the job: ``execute_run`` on the first node
+    (train, evaluate, status), the training alone on the others (their torchrun joins the first's).
+    Raises ``launch.Preempted`` when the training stopped on the preemption signal after saving."""
+    from tablefree import launch
+
+    if config.launch.nproc_per_node >= 1:
+        rendezvous = launch.rendezvous_args(config.launch.slurm.nodes, config.launch.slurm.port)
+        config = copy.deepcopy(config)
+        config.launch.torchrun_args = [*rendezvous, *config.launch.torchrun_args]
+        signals = launch.preemption_signal_for_children()
+    else:
+        signals = contextlib.nullcontext()
+    prefix = f"{run.name} (node {launch.node_rank()})"
+    try:
+        with signals:
+            if launch.node_rank() != 0:
+                train_run(config, run)
+                return "trained"
+            state = run_state(run, config.eval)
+            return "done" if state == "done" else execute_run(config, run, state, prefix, print)
+    except KeyboardInterrupt:
+        reason = str(
+            (read_json(run.directory / RUN_FILES["summary"], default=None) or {}).get("stop_reason", "")
+        )
+        if reason in (f"stopped by {launch.PREEMPT_SIGNAL.name}", "stopped by a signal on another process"):
+            raise launch.Preempted(f"{run.name}: {reason}") from None
+        raise
+
+
+def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
+    """Write the sweep as a plain sbatch array script, one line per run (``tablefree compare --only RUN``);
+    finished runs are left out."""
+    from tablefree import launch
+
+    check_eval_data(config)
+    prepare_data(config, log)
+    plans = [run for run in plan_runs(config) if run_state(run, config.eval) != "done"]
+    if not plans:
+        raise ValueError(f"every run of {config.out_dir} is done: nothing to write to {path}")
+    check_sweep(config, plans)
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    write_sweep_config(config, config.out_dir)
+    # The config as resolved here (command-line overrides included), for the tasks to load.
+    resolved = jobs_folder(config) / "sweep.yaml"
+    resolved.parent.mkdir(parents=True, exist_ok=True)
+    _write_yaml_atomic(
+        resolved, {**to_dict(config), "launch": {**to_dict(config.launch), "backend": "local"}}
+    )
+    python = launch.python_command(config.launch.slurm)
+    base = f"{python} -m tablefree.cli compare --config {shlex.quote(str(resolved))} --no-report --only"
+    commands = [f"{base} {shlex.quote(run.name)}" for run in plans]
+    script = launch.sbatch_script(config.launch.slurm, config.name, jobs_folder(config), commands)
+    launch.write_sbatch(path, script)
+    log(f"wrote {path}: {len(plans)} runs; submit with `sbatch {path}` (logs in {jobs_folder(config)})")
+    return plans
 
 
 def train_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:

@@ -33,6 +33,25 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     compare.add_argument("--seeds", type=parse_seeds, default=None, help="comma-separated, e.g. 0,1,2")
     compare.add_argument("--out", type=Path, default=None, help="sweep directory (default: the config's out)")
     compare.add_argument("--no-report", action="store_true", help="run the sweep without writing the report")
+    cluster = compare.add_argument_group(
+        "on a SLURM cluster (launch.backend=slurm: submit every run as a job array and return; docs/distributed.md)"
+    )
+    cluster.add_argument(
+        "--status",
+        action="store_true",
+        help="show each run's state (run directory and scheduler); run nothing",
+    )
+    cluster.add_argument(
+        "--emit-sbatch",
+        type=Path,
+        metavar="FILE",
+        help="write the sweep's unfinished runs as a plain sbatch array script (one line per run); run nothing",
+    )
+    cluster.add_argument(
+        "--only",
+        metavar="RUN",
+        help="run one run of the sweep here, by name (e.g. canonical-s1; a task's command)",
+    )
     compare.set_defaults(func=run_compare)
 
     report = subparsers.add_parser(
@@ -67,6 +86,15 @@ def run_compare(args: argparse.Namespace) -> int:
     from tablefree.compare import load_compare_config, run_sweep
 
     config = load_compare_config(args.config, args.interfaces, args.seeds, args.out, args.overrides)
+    if args.status:
+        return print_status(config)
+    if args.emit_sbatch:
+        from tablefree.compare import emit_sbatch
+
+        emit_sbatch(config, args.emit_sbatch)
+        return 0
+    if args.only:
+        return run_only(config, args.only)
     try:
         result = run_sweep(config, report=not args.no_report)
     except KeyboardInterrupt:
@@ -81,6 +109,42 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"failed runs: {', '.join(result['failed'])} (see error.txt in each run directory)")
         return 1
     return 0
+
+
+def print_status(config) -> int:
+    from tablefree.compare import plan_runs, sweep_status
+
+    status = sweep_status(config, plan_runs(config))
+    width = max(len(name) for name in status)
+    print(f"{'run':<{width}}  {'state':<11}  {'job':<14}  queue")
+    for name, entry in status.items():
+        print(f"{name:<{width}}  {entry['state']:<11}  {entry['job'] or '-':<14}  {entry['queue'] or '-'}")
+    counts = {state: [e["state"] for e in status.values()].count(state) for state in ("done", "failed")}
+    print(f"{counts['done']}/{len(status)} done, {counts['failed']} failed (re-run the command to resubmit)")
+    return 0
+
+
+def run_only(config, name: str) -> int:
+    """One run, as a task of the sbatch script runs it; exit REQUEUE_EXIT_CODE when preempted after saving."""
+    import signal
+
+    from tablefree import launch
+    from tablefree.compare import plan_runs, run_job
+
+    plans = {run.name: run for run in plan_runs(config)}
+    if name not in plans:
+        raise SystemExit(f"--only {name}: no such run in {config.name}; expected one of {', '.join(plans)}")
+
+    def preempted(signum, frame):  # outside training (the trainer has its own handler): stop, requeue
+        raise launch.Preempted(f"{name}: preempted")
+
+    signal.signal(launch.PREEMPT_SIGNAL, preempted)
+    try:
+        state = run_job(config, plans[name])
+    except launch.Preempted as stopped:
+        print(f"{stopped}: exiting for requeue")
+        return launch.REQUEUE_EXIT_CODE
+    return 0 if state in ("done", "trained") else 1
 
 
 def run_report(args: argparse.Namespace) -> int:

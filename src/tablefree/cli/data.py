@@ -70,47 +70,26 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "manifest.json; re-running after an interruption completes the missing shards. "
         "Python API: tablefree.data.prepare.prepare_dataset(CORPUS, OUT, tokenizer=..., ...).",
     )
-    prepare.add_argument("corpus", nargs="*", help="files or directories (omit with --hub)")
-    prepare.add_argument("--out", required=True, help="dataset directory")
+    _add_prepare_arguments(prepare)
     prepare.add_argument(
-        "--tokenizer", help="tokenizer.json, a directory holding one, or a hub id; default: train one"
+        "--part",
+        type=_part,
+        metavar="I/N",
+        help="prepare only the I-th of N groups of the corpus files (needs --tokenizer), into OUT/parts/; "
+        "`data merge` with the same arguments joins the N parts (docs/data.md)",
     )
-    prepare.add_argument(
-        "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="when training a tokenizer"
-    )
-    prepare.add_argument(
-        "--val-fraction",
-        type=float,
-        default=0.005,
-        help="fraction of documents for val (at most max(this, 10%%) of the text is held out)",
-    )
-    prepare.add_argument(
-        "--val-documents",
-        type=int,
-        default=DEFAULT_VAL_DOCUMENTS,
-        help="validation documents wanted at least, from different sources (default: %(default)s)",
-    )
-    prepare.add_argument(
-        "--val-section-chars",
-        type=int,
-        default=DEFAULT_VAL_SECTION_CHARS,
-        help="characters of a validation section held out of a long document (default: %(default)s, ~20k tokens)",
-    )
-    prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
-    prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
-    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
-    prepare.add_argument("--overwrite", action="store_true", help="discard a dataset or partial run in --out")
-    prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
-    hub = prepare.add_argument_group("streaming a Hugging Face dataset (needs the `hub` extra and network)")
-    hub.add_argument("--hub", metavar="NAME", help="dataset name, e.g. HuggingFaceFW/fineweb-edu")
-    hub.add_argument("--hub-config", metavar="CONFIG", help="e.g. sample-10BT")
-    hub.add_argument("--hub-split", default="train")
-    hub.add_argument(
-        "--hub-data-files", nargs="+", metavar="FILE", help="data files (e.g. with --hub parquet)"
-    )
-    hub.add_argument("--max-documents", type=int, help="stop after this many documents")
-    _add_corpus_options(prepare)
     prepare.set_defaults(func=run_prepare)
+
+    merge = verbs.add_parser(
+        "merge",
+        help="join the parts of `data prepare --part I/N` into one dataset",
+        description="Join the N parts that `data prepare --part I/N` wrote into OUT/parts/ into the dataset: "
+        "shards, validation split and manifest byte-identical to a single `data prepare` of the same corpus with "
+        "the same settings (the manifest's `created` time aside). Give the same CORPUS and options as the parts. "
+        "Python API: prepare_dataset(CORPUS, OUT, tokenizer=..., merge=True).",
+    )
+    _add_prepare_arguments(merge)
+    merge.set_defaults(func=run_prepare, part=None)
 
     scan = verbs.add_parser(
         "scan",
@@ -166,6 +145,60 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     download.add_argument("--force", action="store_true", help="download again even if present and verified")
     download.set_defaults(func=run_download)
     _add_embedded_corpus(verbs)
+
+
+def _add_prepare_arguments(prepare: argparse.ArgumentParser) -> None:
+    prepare.add_argument("corpus", nargs="*", help="files or directories (omit with --hub)")
+    prepare.add_argument("--out", required=True, help="dataset directory")
+    prepare.add_argument(
+        "--tokenizer", help="tokenizer.json, a directory holding one, or a hub id; default: train one"
+    )
+    prepare.add_argument(
+        "--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="when training a tokenizer"
+    )
+    prepare.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.005,
+        help="fraction of documents for val (at most max(this, 10%%) of the text is held out)",
+    )
+    prepare.add_argument(
+        "--val-documents",
+        type=int,
+        default=DEFAULT_VAL_DOCUMENTS,
+        help="validation documents wanted at least, from different sources (default: %(default)s)",
+    )
+    prepare.add_argument(
+        "--val-section-chars",
+        type=int,
+        default=DEFAULT_VAL_SECTION_CHARS,
+        help="characters of a validation section held out of a long document (default: %(default)s, ~20k tokens)",
+    )
+    prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
+    prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
+    prepare.add_argument("--overwrite", action="store_true", help="discard a dataset or partial run in --out")
+    prepare.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hub = prepare.add_argument_group("streaming a Hugging Face dataset (needs the `hub` extra and network)")
+    hub.add_argument("--hub", metavar="NAME", help="dataset name, e.g. HuggingFaceFW/fineweb-edu")
+    hub.add_argument("--hub-config", metavar="CONFIG", help="e.g. sample-10BT")
+    hub.add_argument("--hub-split", default="train")
+    hub.add_argument(
+        "--hub-data-files", nargs="+", metavar="FILE", help="data files (e.g. with --hub parquet)"
+    )
+    hub.add_argument("--max-documents", type=int, help="stop after this many documents")
+    _add_corpus_options(prepare)
+
+
+def _part(text: str) -> tuple[int, int]:
+    index, _, total = text.partition("/")
+    try:
+        part = int(index), int(total)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 2/8), got {text!r}") from None
+    if not 1 <= part[0] <= part[1]:
+        raise argparse.ArgumentTypeError(f"expected I/N with 1 <= I <= N, got {text!r}")
+    return part
 
 
 def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
@@ -253,7 +286,17 @@ def run_prepare(args: argparse.Namespace) -> int:
         max_documents=args.max_documents,
         overwrite=args.overwrite,
         progress=not args.no_progress,
+        part=args.part,
+        merge=args.data_verb == "merge",
     )
+    if args.part is not None:
+        index, total = args.part
+        for split, info in manifest["splits"].items():
+            print(f"part {index}/{total} {split}: {info['documents']:,} documents, {info['tokens']:,} tokens")
+        print(
+            f"written to {os.path.join(args.out, 'parts')}; after all {total} parts: `tablefree data merge` (same arguments)"
+        )
+        return 0
     for line in corpus_report(manifest["corpus"]):
         print(line)
     for split, info in manifest["splits"].items():

@@ -30,6 +30,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import shutil
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -528,11 +529,20 @@ def prepare_dataset(
     max_documents: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    part: tuple[int, int] | None = None,
+    merge: bool = False,
 ) -> dict:
     """Tokenize a corpus into train/val shards in ``out_dir`` and return the manifest (see the module
     docstring). ``tokenizer``: a path, hub id or Tokenizer; when None, a byte-level BPE of ``vocab_size`` is
     trained on the training documents. ``workers``: tokenizing processes (default: all CPUs).
-    ``val_documents`` and ``val_section_chars``: see :func:`plan_validation` (local corpora)."""
+    ``val_documents`` and ``val_section_chars``: see :func:`plan_validation` (local corpora).
+
+    Across jobs: ``part=(i, n)`` tokenizes only the i-th of n contiguous groups of the corpus files into
+    ``out_dir/parts/`` and returns that part's record; ``merge=True`` then joins the n parts into the dataset,
+    byte-identical to a single-process run (shards, validation split, manifest but its ``created`` time),
+    and removes the parts.
+    Both need the same corpus, settings and ``tokenizer`` (a given one: a tokenizer trained on a part would
+    differ)."""
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must lie in [0, 1), got {val_fraction}")
     if val_documents < 1:
@@ -545,6 +555,21 @@ def prepare_dataset(
         raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
     if (corpus is None) == (hub is None):
         raise ValueError("give exactly one of a corpus path and a hub dataset")
+    if part is not None or merge:
+        what = f"part {part[0]}/{part[1]}" if part else "merge"
+        if part is not None and merge:
+            raise ValueError("give one of part and merge: parts are prepared first, then merged")
+        if hub is not None:
+            raise ValueError(
+                f"{what}: splitting across jobs needs a local corpus (a hub stream has no files)"
+            )
+        if tokenizer is None:
+            raise ValueError(
+                f"{what}: give the tokenizer (--tokenizer): every part must use the same one; train it once "
+                "with `tablefree tokenizer train CORPUS --vocab-size V -o tokenizer.json`"
+            )
+        if part is not None and not 1 <= part[0] <= part[1]:
+            raise ValueError(f"part: expected I/N with 1 <= I <= N, got {part[0]}/{part[1]}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     workers = workers or os.cpu_count() or 1
@@ -595,12 +620,19 @@ def prepare_dataset(
                 f"{existing}: this directory holds a dataset prepared from other inputs or settings; "
                 "use another --out, or --overwrite"
             )
+        if part is not None:
+            raise ValueError(f"{existing}: the dataset is complete already; a part of it is not needed")
         return manifest  # already complete
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if part is not None:
+        return _prepare_part(
+            out_dir, docs, summary, tok, vocab, tok_hash, fingerprint, part, workers, progress
+        )
+    records = _part_records(out_dir, fingerprint) if merge else []  # checked before anything is written
     state = _load_state(out_dir, tok, fingerprint)
     if tokenizer is not None or not (out_dir / TOKENIZER_FILE).exists():
         save_tokenizer(tok, out_dir / TOKENIZER_FILE)
 
-    vocab = tok.get_vocab_size(with_added_tokens=True)
     writers = {
         split: SplitWriter(
             out_dir, split, shard_tokens, vocab, _valid_prefix(out_dir, state["splits"][split])
@@ -620,9 +652,15 @@ def prepare_dataset(
             },
         )
 
-    if state is None:  # from now on, shards in this directory are ours: a crash before any journal update
-        journal()  # must not leave shards that a re-run would take for someone else's
-    _tokenize(docs, tok, writers, workers, journal, progress)
+    if merge:  # a merge starts afresh: a killed one left (journalled) shards of its own, never others'
+        _clear_shards(out_dir)
+        writers = {split: SplitWriter(out_dir, split, shard_tokens, vocab, None) for split in SPLITS}
+    if state is None or merge:  # from now on, shards in this directory are ours: a crash before any journal
+        journal()  # update must not leave shards that a re-run would take for someone else's
+    if merge:
+        _merge_parts(out_dir, records, writers, journal)
+    else:
+        _tokenize(docs, tok, writers, workers, journal, progress)
     for writer in writers.values():
         if not writer.done:
             writer.finish(journal)
@@ -630,6 +668,8 @@ def prepare_dataset(
     manifest = _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus)
     write_json_atomic(out_dir / MANIFEST, manifest)
     (out_dir / STATE_FILE).unlink(missing_ok=True)
+    if merge:  # the dataset holds every token of the parts now
+        shutil.rmtree(out_dir / PARTS_DIR)
     return manifest
 
 
@@ -732,6 +772,11 @@ def _check_state_split(split: dict, name: str, fail) -> None:
         written = sum(shard["tokens"] for shard in shards)
         if sum(t < written for t in starts) != (cursors[-1][2] if shards else 0):
             fail(f"splits.{name}.starts", "must count the documents its shards hold")
+
+
+def _clear_shards(out_dir: Path) -> None:
+    for path in out_dir.glob("*_[0-9][0-9][0-9][0-9][0-9][0-9].bin"):
+        path.unlink()
 
 
 def _clear(out_dir: Path) -> None:
@@ -939,3 +984,149 @@ def adopt_shards(
     }
     write_json_atomic(data_dir / MANIFEST, manifest)
     return manifest
+
+
+# -- across jobs: parts and their merge -----------------------------------------------------------------------
+
+PARTS_DIR = "parts"  # in the dataset directory: one directory per part, I-of-N
+PART_FILE = "part.json"  # written last: its presence marks a finished part
+MERGE_CHUNK_TOKENS = 1 << 24
+
+
+def part_file_ranges(summary: CorpusSummary, n: int) -> list[tuple[int, int]]:
+    """[first, end) file indices of each of ``n`` parts: contiguous groups of files of about equal bytes."""
+    files = summary.files
+    if n > len(files):
+        raise ValueError(
+            f"part: {n} parts, but the corpus has only {len(files)} files (a part is a set of files)"
+        )
+    ends = np.cumsum([info.bytes for info in files])
+    cuts = [0]
+    for k in range(1, n):  # part k starts at the first file past k/n of the bytes, keeping a file per part
+        share = int(np.searchsorted(ends, k * int(ends[-1]) / n)) + 1
+        cuts.append(min(max(share, cuts[-1] + 1), len(files) - (n - k)))
+    cuts.append(len(files))
+    return list(itertools.pairwise(cuts))
+
+
+class _DocumentRange:
+    """The stream of ``docs`` ending before document ``end`` (a part reads only its own files)."""
+
+    def __init__(self, docs: LocalDocuments, end: int) -> None:
+        self.docs, self.end = docs, end
+
+    def documents(self, start: int) -> Iterator[str]:
+        return itertools.islice(self.docs.documents(start), max(0, self.end - start))
+
+    def split_of(self, index: int) -> str:
+        return self.docs.split_of(index)
+
+
+class PartWriter:
+    """One split's token stream of a part, as one raw file (no header): what its documents hold, in order."""
+
+    def __init__(self, directory: Path, split: str, dtype: np.dtype, first: int, end: int) -> None:
+        self.path = directory / f"{split}.tokens"
+        self.temp = directory / f".{split}.tokens.tmp"
+        self.handle = open(self.temp, "wb")  # noqa: SIM115 (closed by finish)
+        self.dtype, self.resume_doc, self.end, self.done = dtype, first, end, False
+        self.documents = self.tokens = 0
+        self.starts: list[int] | None = [] if split == "val" else None
+        self.digest = hashlib.sha256()
+
+    def wants(self, doc: int) -> bool:
+        return self.resume_doc <= doc < self.end
+
+    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard) -> None:
+        if first:
+            self.documents += 1
+            if self.starts is not None:
+                self.starts.append(self.tokens)
+        data = tokens.astype(self.dtype, copy=False).tobytes()
+        self.handle.write(data)
+        self.digest.update(data)
+        self.tokens += len(tokens)
+
+    def finish(self) -> dict:
+        self.handle.close()
+        os.replace(self.temp, self.path)
+        self.done = True
+        record = {"file": self.path.name, "tokens": self.tokens, "documents": self.documents}
+        return {**record, "sha256": self.digest.hexdigest(), "starts": self.starts}
+
+
+def _prepare_part(
+    out_dir: Path, docs, summary, tok, vocab: int, tok_hash: str, fingerprint: str, part, workers, progress
+) -> dict:
+    index, n = part
+    first_file, end_file = part_file_ranges(summary, n)[index - 1]
+    file_docs = docs.corpus.file_document_ranges()
+    first_doc = file_docs[first_file][0]
+    end_doc = file_docs[end_file - 1][1] if end_file > first_file else first_doc
+    first, end = int(docs.first_unit[first_doc]), int(docs.first_unit[end_doc])
+    directory = out_dir / PARTS_DIR / f"{index}-of-{n}"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / PART_FILE).unlink(missing_ok=True)  # a part is prepared whole, never resumed
+    dtype = np.dtype(np.uint16 if version_for_vocab(vocab) == 1 else np.uint32)
+    writers = {split: PartWriter(directory, split, dtype, first, end) for split in SPLITS}
+    _tokenize(_DocumentRange(docs, end), tok, writers, workers, lambda: None, progress)
+    record = {
+        "part": [index, n],
+        "fingerprint": fingerprint,
+        "tokenizer_hash": tok_hash,
+        "files": [summary.files[i].file for i in range(first_file, end_file)],
+        "stream": [first, end],
+        "splits": {split: writer.finish() for split, writer in writers.items()},
+    }
+    write_json_atomic(directory / PART_FILE, record)
+    return record
+
+
+def _part_records(out_dir: Path, fingerprint: str) -> list[dict]:
+    """The finished parts in ``out_dir``, in order: all N of them, of this corpus and settings, contiguous."""
+    records = [read_json(path) for path in sorted((out_dir / PARTS_DIR).glob(f"*/{PART_FILE}"))]
+    if not records:
+        raise FileNotFoundError(
+            f"{out_dir / PARTS_DIR}: no finished part; run `data prepare --part I/N` first"
+        )
+    n = records[0]["part"][1]
+    records.sort(key=lambda record: record["part"][0])
+    found = [record["part"] for record in records]
+    if found != [[i, n] for i in range(1, n + 1)]:
+        missing = sorted({i for i in range(1, n + 1)} - {i for i, m in found if m == n})
+        raise ValueError(f"{out_dir / PARTS_DIR}: parts of {n} expected, missing {missing} (found {found})")
+    end = 0
+    for record in records:
+        where = out_dir / PARTS_DIR / f"{record['part'][0]}-of-{n}" / PART_FILE
+        if record["fingerprint"] != fingerprint:
+            raise ValueError(f"{where}: prepared from other inputs, settings or tokenizer than this merge")
+        if record["stream"][0] != end:
+            raise ValueError(f"{where}: its documents start at {record['stream'][0]}, expected {end}")
+        end = record["stream"][1]
+    return records
+
+
+def _merge_parts(out_dir: Path, records: list[dict], writers: dict[str, SplitWriter], journal) -> None:
+    """Feed every part's streams, in order, to the dataset's shard writers, as a single run feeds them."""
+    n = len(records)
+    for split, writer in writers.items():
+        for record in records:
+            info = record["splits"][split]
+            path = out_dir / PARTS_DIR / f"{record['part'][0]}-of-{n}" / info["file"]
+            if (
+                path.stat().st_size != info["tokens"] * writer.dtype.itemsize
+                or sha256_file(path) != info["sha256"]
+            ):
+                raise ValueError(f"{path}: does not match its {PART_FILE} (damaged or changed)")
+            tokens = (
+                np.memmap(path, dtype=writer.dtype, mode="r") if info["tokens"] else np.empty(0, writer.dtype)
+            )
+            first = record["stream"][0]
+            if info["starts"] is None:  # train: one stream; only the document count is kept
+                for offset in range(0, len(tokens), MERGE_CHUNK_TOKENS):
+                    writer.add(first, tokens[offset : offset + MERGE_CHUNK_TOKENS], False, journal)
+                writer.documents += info["documents"]
+            else:  # val: document by document, for the stream offsets of their starts
+                bounds = [*info["starts"], len(tokens)]
+                for k, (a, b) in enumerate(itertools.pairwise(bounds)):
+                    writer.add(first + k, tokens[a:b], True, journal)

@@ -633,8 +633,12 @@ def validation_loss(
     return float(sums[0] / sums[1])
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
+
+
 class StopSignal:
-    """SIGTERM/SIGINT ask the loop to save and stop after the current step; a second SIGINT interrupts."""
+    """SIGTERM/SIGINT ask the loop to save and stop after the current step; a second SIGINT interrupts.
+    SIGUSR2 too: SLURM's warning before a time limit or preemption (submitit's signal; tablefree.launch)."""
 
     def __init__(self) -> None:
         self.requested: str | None = None
@@ -648,7 +652,7 @@ class StopSignal:
         if threading.current_thread() is not threading.main_thread():
             yield  # signals can only be handled on the main thread
             return
-        previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
         try:
             yield
         finally:

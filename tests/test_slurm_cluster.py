@@ -1,0 +1,102 @@
+"""`compare` on a real SLURM (a one-node cluster on localhost, tests/slurm_cluster.py): 2 interfaces x 2 seeds
+submitted as one job array through submitit, one task preempted with SLURM's signal, requeued and resumed;
+re-running submits nothing; the report equals that of the same sweep run locally."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slurm_cluster import ClusterUnavailable, one_node_cluster
+from sweep_helpers import config, topics_dataset
+from tablefree import launch
+from tablefree.compare import plan_runs, run_sweep, sweep_status
+from tablefree.config_parsing import to_dict
+from tablefree.report import build_report
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return topics_dataset(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    try:
+        with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            yield env
+    except ClusterUnavailable as error:
+        pytest.skip(f"no SLURM cluster on this machine: {error}")
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sweep_on_slurm_preempted_requeued_resumed_and_reported_as_locally(
+    cluster, dataset: Path, tmp_path: Path
+) -> None:
+    steps = {"budget": "300 steps"}
+    sweep = config(dataset, tmp_path / "cluster", **steps)
+    sweep.launch.slurm.executor = "slurm"
+    sweep.launch.slurm.cpus_per_task = 1
+    plans = plan_runs(sweep)
+    sweep_file = tmp_path / "sweep.yaml"  # the same sweep for the command line's --status
+    sweep_file.write_text(yaml.safe_dump(to_dict(sweep)))
+    outcome = run_sweep(sweep, log=print)
+    assert outcome["report"] is None and sorted(outcome["jobs"]) == sorted(run.name for run in plans)
+    target = plans[0]
+    job = outcome["jobs"][target.name]
+    assert "_" in job  # an array task: ARRAY_TASK
+
+    metrics = target.directory / "metrics.jsonl"
+    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "no training step")
+    # slurmctld 22.05 delivers the signal, yet answers "Job can not be altered now, try again later" for an
+    # array task; scancel retries for a while, so the task may be preempted a second time after its requeue
+    # (each resume is exact: the report below equals the local one).
+    subprocess.run(["scancel", f"--signal={launch.PREEMPT_SIGNAL.name[3:]}", job], check=True)
+
+    _wait(
+        lambda: all(e["state"] == "done" for e in sweep_status(sweep, plans).values()),
+        600,
+        f"the sweep did not finish: {sweep_status(sweep, plans)}",
+    )
+    controller_log = (Path(cluster["SLURM_CONF"]).parent / "log" / "slurmctld.log").read_text()
+    assert f"Requeuing JobId={job}(" in controller_log  # submitit's scontrol requeue, after the save
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "cluster" / "slurm").rglob(f"{job}_0_log.out")))
+    assert "stopped by SIGUSR2 after step" in logs and "checkpoint saved, requeueing" in logs
+    assert "resumed from" in logs
+    status = subprocess.run(
+        [sys.executable, "-m", "tablefree.cli", "compare", "--config", str(sweep_file), "--status"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "4/4 done, 0 failed" in status and f"{target.name}" in status and job in status
+    again = run_sweep(sweep, log=print)  # everything done: nothing is submitted
+    assert again["jobs"] == {} and set(again["runs"].values()) == {"done"}
+
+    local = config(dataset, tmp_path / "local", backend="local", **steps)
+    run_sweep(local, report=False, log=lambda *_: None)
+    on_slurm, here = (
+        build_report(tmp_path / "cluster", n_boot=200),
+        build_report(tmp_path / "local", n_boot=200),
+    )
+    for key in ("metrics", "headlines", "baseline", "statistics"):
+        assert on_slurm[key] == here[key], key
+    for run, reference in zip(plans, plan_runs(local), strict=True):
+        evaluated = json.loads((run.directory / "eval.json").read_text())["tasks"]
+        assert evaluated == json.loads((reference.directory / "eval.json").read_text())["tasks"], run.name
