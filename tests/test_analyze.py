@@ -397,3 +397,18 @@ def test_compare_with_analysis_true_adds_the_section_to_the_report(tmp_path):
         json.loads((tmp_path / "sweep" / "report.json").read_text())["analysis"]["runs"][1]["run"]
         == "canonical-s0"
     )
+
+
+def test_an_analysis_by_the_earlier_method_is_redone(tmp_path):
+    # analyses made before the controls and the debiased CKA (no method_version) must not be skipped as current
+    from tablefree.analysis.run import METHOD_VERSION
+    from tablefree.analysis.sweep import _up_to_date
+
+    checkpoint = save_model(tmp_path / "ckpt", tiny_model("canonical"))
+    out = tmp_path / "analysis"
+    out.mkdir()
+    recorded = {"checkpoint": str(checkpoint.resolve()), "reference": None}
+    (out / "analysis.json").write_text(json.dumps(recorded))
+    assert not _up_to_date(out, checkpoint, None)
+    (out / "analysis.json").write_text(json.dumps({**recorded, "method_version": METHOD_VERSION}))
+    assert _up_to_date(out, checkpoint, None)

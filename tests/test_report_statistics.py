@@ -88,6 +88,13 @@ def test_no_trend_from_two_points(tmp_path: Path) -> None:
     gaps = comparison.gap_curves(runs, ["learned", "canonical", "affine"])
     assert gaps and all(g["trend"] is None for g in gaps)
     assert "2 in-training evaluation points" in gaps[0]["no_trend"] and "≥ 5 points" in gaps[0]["no_trend"]
+    report = build_report(tmp_path / "two", n_boot=100)  # the report says why, and still draws the points
+    markdown = (tmp_path / "two" / "report.md").read_text()
+    assert (
+        "| learned − canonical | 3 | -0.300 | – | – | no trend: 2 in-training evaluation points" in markdown
+    )
+    assert "| growing |" not in markdown and "| shrinking |" not in markdown
+    assert any(figure["path"] == "figures/gap.png" for figure in report["figures"])
     # five points from 4k to 20k tokens span a doubling over their last doubling (8k → 20k): a trend
     five = comparison.gap_curves(find_runs(_sweep(tmp_path / "five", points=5)), ["learned", "canonical"])
     assert five[0]["trend"] is None  # 8k, 12k, 16k, 20k: four points in the last doubling

@@ -117,9 +117,20 @@ def _unbiased_hsic(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def cka_null(x: torch.Tensor, y: torch.Tensor, permutations: int = 50, seed: int = 0) -> float | None:
-    """The 95th percentile of ``linear_cka(x, y[shuffled rows])`` over ``permutations`` fixed shuffles: the value
-    unrelated items would reach; a CKA at or below it says nothing."""
+    """The 95th percentile of the debiased ``linear_cka(x, y[shuffled rows])`` over ``permutations`` fixed
+    shuffles: the value unrelated items would reach; a CKA at or below it says nothing. None when undefined."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"CKA needs the same items in both: {x.shape[0]} rows against {y.shape[0]}")
+    if x.shape[0] < 4:
+        return None
+    x = x.to(torch.float64) - x.to(torch.float64).mean(0)
+    y = y.to(torch.float64) - y.to(torch.float64).mean(0)
+    xx, yy = _unbiased_hsic(x, x), _unbiased_hsic(y, y)  # a shuffle of rows leaves both unchanged
+    if xx <= 0 or yy <= 0:
+        return None
     generator = torch.Generator().manual_seed(seed)
-    values = [linear_cka(x, y[torch.randperm(y.shape[0], generator=generator)]) for _ in range(permutations)]
-    found = [v for v in values if v is not None]
-    return float(torch.tensor(found).quantile(0.95)) if found else None
+    values = [
+        _unbiased_hsic(x, y[torch.randperm(y.shape[0], generator=generator)]) / math.sqrt(xx * yy)
+        for _ in range(permutations)
+    ]
+    return float(torch.tensor(values).quantile(0.95))

@@ -33,6 +33,7 @@ from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 
 DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)
 FIT_FRACTION = 0.75  # split="positions": 3/4 of the windows fit the probes, the other 1/4 score them
+METHOD_VERSION = 2  # 2: type-disjoint probes with controls, debiased CKA with its null (issue 21)
 CKA_PERMUTATIONS = 50  # row shuffles per CKA value for its null (the 95th percentile of 50)
 FIT_ROWS_PER_FEATURE = 4  # the probes need at least 4·(d + 1) fit positions
 NEIGHBOURS = 5  # nearest neighbours listed per probe word
@@ -89,6 +90,7 @@ def run_analysis(
         model, ref[0] if ref else None, tok, counts, words or DEFAULT_PROBE_WORDS, max_tokens=embedding_tokens
     )
     result = {
+        "method_version": METHOD_VERSION,
         "checkpoint": str(directory),
         "step": _meta(directory).get("step"),
         "interface": model.config.interface.name,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tablefree import stats
-from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, run_analysis
+from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, METHOD_VERSION, run_analysis
 from tablefree.fileio import read_json
 from tablefree.model_files import resolve_checkpoint
 
@@ -50,7 +50,7 @@ def analyze_runs(
     positions: int = DEFAULT_POSITIONS,
 ) -> dict[str, str]:
     """Analyse each finished run into ``RUN/analysis`` (skipped when an analysis of the same checkpoint
-    against the same reference is there); returns run name → ``done``/``skipped``/``failed``. A failed
+    against the same reference, by the current method, is there); returns run name → ``done``/``skipped``/``failed``. A failed
     analysis is logged and recorded, never raised: it must not sink the sweep."""
     finished = set(finished)
     outcome = {}
@@ -81,8 +81,8 @@ def analyze_runs(
 
 def _up_to_date(out: Path, directory: Path, reference: Path | None) -> bool:
     previous = read_json(out / "analysis.json") if (out / "analysis.json").exists() else None
-    if not previous:
-        return False
+    if not previous or previous.get("method_version") != METHOD_VERSION:
+        return False  # none yet, or made by an earlier method (uncontrolled probes, biased CKA): redone
     wanted = str(resolve_checkpoint(reference)) if reference is not None else None
     recorded = (previous.get("reference") or {}).get("checkpoint")
     return previous.get("checkpoint") == str(resolve_checkpoint(directory)) and recorded == wanted
