@@ -12,12 +12,14 @@ import torch
 import tablefree
 from tablefree.analysis import (
     analysis_markdown,
+    cka_null,
     effective_embeddings,
     fit_ridge,
     frequency_r2,
     linear_cka,
     nearest_neighbours,
     probe_code_bits,
+    random_labels,
     run_analysis,
 )
 from tablefree.checkpoint.model_dir import save_model
@@ -70,7 +72,7 @@ def test_probe_reads_copied_bits_perfectly_and_erased_bits_at_chance():
     model = tiny_model("canonical")
     model.layers[0] = CopyBlock()  # layer 1 = layer 0 = the code itself
     model.layers[1] = ZeroBlock()  # layer 2 carries nothing
-    result = probe_code_bits(model, random_windows(12, seed=1), random_windows(4, seed=2))
+    result = probe_code_bits(model, random_windows(12, seed=1), random_windows(4, seed=2), split="positions")
     canonical = result["code_sets"]["canonical"]
     assert canonical["bits"] == 7  # K = ceil(log2 96)
     assert result["positions"] == {"fit": 12 * 128, "score": 4 * 128}
@@ -85,11 +87,41 @@ def test_probe_reads_copied_bits_perfectly_and_erased_bits_at_chance():
 
 def test_probe_reads_the_affine_interface_own_code_at_layer_zero():
     model = tiny_model("affine", seed=3)
-    result = probe_code_bits(model, random_windows(12, seed=1), random_windows(4, seed=2))
+    result = probe_code_bits(model, random_windows(12, seed=1), random_windows(4, seed=2), split="positions")
     own, canonical = result["code_sets"]["interface"], result["code_sets"]["canonical"]
     assert own["accuracy"][0] == [1.0] * 7
     # c' = A·c ⊕ b is linear over GF(2), not over the reals: some canonical bits are not linearly readable
     assert min(canonical["accuracy"][0]) < 0.9
+
+
+def test_type_disjoint_probes_cannot_memorise_types():
+    # Random labels per token type: a learned table (random rows, d = 32 for 96 types) lets a probe fitted on
+    # positions memorise them; fitted on half the types and scored on the other half, it is at chance.
+    model = tiny_model("learned")
+    labels = random_labels(VOCAB, 7, seed=5)
+    windows = random_windows(16, seed=1)
+    by_position = probe_code_bits(model, windows[:12], windows[12:], split="positions", sets=[labels])
+    by_type = probe_code_bits(model, windows, windows, split="types", sets=[labels])
+    assert by_position["code_sets"]["random labels"]["mean_accuracy"][0] > 0.75
+    assert abs(by_type["code_sets"]["random labels"]["mean_accuracy"][0] - 0.5) < 0.1
+    assert by_type["shared_types"] == 0 and by_type["types"]["fit"] + by_type["types"]["score"] == VOCAB
+    assert by_position["shared_types"] > 0
+    # a fixed code stays readable on unseen types: the probe reads the code, not a lookup of the types
+    canonical = probe_code_bits(tiny_model("canonical"), windows, windows, split="types")
+    assert canonical["code_sets"]["canonical"]["accuracy"][0] == [1.0] * 7
+
+
+def test_untrained_control_gives_an_untrained_model_zero_selectivity(setup):
+    _, data, canonical, _ = setup
+    result = run_analysis(canonical, data=data, positions=512, embedding_tokens=30)
+    probes = result["probes"]
+    assert probes["split"] == "types" and probes["controls"]["untrained"]["seed"] == 0
+    assert set(probes["code_sets"]) == {"canonical", "random labels"}
+    for entry in probes["code_sets"].values():  # the checkpoint *is* the untrained model of its seed
+        assert entry["selectivity"] == [0.0] * 3
+    # every fixed code is read at 100% before any training
+    assert probes["code_sets"]["canonical"]["untrained_mean_accuracy"][0] == 1.0
+    assert "(+0.0 pts)" in analysis_markdown(result)
 
 
 def test_ridge_recovers_a_linear_map_and_a_constant_feature_gets_no_weight():
@@ -110,11 +142,24 @@ def test_linear_cka_is_one_for_itself_rotations_and_scalings_and_low_for_unrelat
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(400, 16, generator=generator) @ torch.randn(16, 16, generator=generator)
     rotation, _ = torch.linalg.qr(torch.randn(16, 16, generator=generator, dtype=torch.float64))
-    assert linear_cka(x, x) == pytest.approx(1.0, abs=1e-12)
-    assert linear_cka(x, x.double() @ rotation) == pytest.approx(1.0, abs=1e-10)
-    assert linear_cka(x, 3.0 * x + 5.0) == pytest.approx(1.0, abs=1e-10)
-    assert linear_cka(x, torch.randn(400, 16, generator=generator)) < 0.2
+    for debiased in (True, False):
+        assert linear_cka(x, x, debiased) == pytest.approx(1.0, abs=1e-12)
+        assert linear_cka(x, x.double() @ rotation, debiased) == pytest.approx(1.0, abs=1e-10)
+        assert linear_cka(x, 3.0 * x + 5.0, debiased) == pytest.approx(1.0, abs=1e-10)
     assert linear_cka(x, torch.zeros(400, 3)) is None
+
+
+def test_debiased_cka_of_unrelated_representations_is_about_zero_and_its_null_is_reported():
+    # The biased estimator's floor: unrelated 128-d representations of 2,000 items score about d/n = 0.06; the
+    # debiased one scores about 0, and the permutation null's 95th percentile sits just above 0.
+    generator = torch.Generator().manual_seed(1)
+    x, y = (torch.randn(2000, 128, generator=generator) for _ in range(2))
+    assert linear_cka(x, y, debiased=False) > 0.04
+    assert abs(linear_cka(x, y)) < 0.005
+    null = cka_null(x, y, permutations=20)
+    assert 0 < null < 0.01
+    related = y + 0.5 * x  # shares x's structure
+    assert linear_cka(x, related) > cka_null(x, related, permutations=20) + 0.1
 
 
 def test_effective_embeddings_start_with_the_learned_table():
@@ -146,7 +191,7 @@ def test_nearest_neighbours_by_cosine_exclude_the_query():
 
 def save_checkpoint(directory: Path, model, data: Path) -> Path:
     tokenizer = data / "tokenizer.json"
-    meta = {"step": 0, "tokenizer_hash": tokenizer_hash(tokenizer), "data_dir": str(data)}
+    meta = {"step": 0, "seed": 0, "tokenizer_hash": tokenizer_hash(tokenizer), "data_dir": str(data)}
     return save_model(directory, model, meta=meta, tokenizer_path=tokenizer)
 
 
@@ -170,7 +215,8 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
     assert result["probes"]["positions"]["fit"] + result["probes"]["positions"]["score"] == 512
     assert result["data"] == str(data)  # from the checkpoint's meta.json
     emb = result["embeddings"]
-    assert len(emb["cka_reference_table"]) == 3 and all(0 <= v <= 1 for v in emb["cka_reference_table"])
+    assert len(emb["cka_reference_table"]) == 3 and all(-1 <= v <= 1 for v in emb["cka_reference_table"])
+    assert len(emb["cka_reference_table_null95"]) == 3
     assert emb["cka_reference_layer"][0] == pytest.approx(emb["cka_reference_table"][0])
     assert [w["word"] for w in emb["neighbours"]["words"]] == [" t1", " t2"]
     assert emb["neighbours"]["left_out"] == [" missing"]
@@ -178,7 +224,8 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
     for name in ("probes.png", "embeddings.png"):
         assert (out / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "analysis.md").read_text()
-    assert "| 0 (interface) | 100.0% / 100.0% |" in markdown and "figures/probes.png" in markdown
+    assert "| 0 (interface) | 100.0% / 100.0% (+0.0 pts) |" in markdown and "figures/probes.png" in markdown
+    assert "null 95%" in markdown and "type-disjoint" in markdown
     assert "canonical bits, mean probe accuracy per layer: 100.0%" in capsys.readouterr().out
     # a second run replaces the earlier analysis
     assert main([*args]) == 0
@@ -219,8 +266,9 @@ def test_error_too_little_text_says_needed_and_found(tmp_path, capsys):
     checkpoint = save_checkpoint(tmp_path / "c", tiny_model("canonical"), data)
     assert main(["analyze", str(checkpoint), "--out", str(tmp_path / "o")]) == 1
     error = capsys.readouterr().err
-    # 4 × (32 + 1) = 132 fit positions in 3/4 of windows of 32 tokens → 6 windows; 99 // 32 = 3 windows found
-    assert "need at least 192 positions (6 windows of 32 tokens" in error and "holds 96 (3 windows)" in error
+    # 4 × (32 + 1) = 132 fit positions, about half of the positions under the type split, in windows of 32
+    # tokens → 9 windows; 99 // 32 = 3 windows found
+    assert "need at least 288 positions (9 windows of 32 tokens" in error and "holds 96 (3 windows)" in error
 
 
 def test_error_out_directory_that_is_not_an_analysis(setup, tmp_path, capsys):
@@ -279,7 +327,7 @@ def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, 
     probe_table = section.split("**Canonical-bit probe accuracy (mean over bits)**")[1]
     assert "| layer | `learned` | `canonical` |" in probe_table
     assert "| 0 | " in probe_table and " | 100.0% |\n" in probe_table.split("| 1 |")[0]
-    cka_table = section.split("**Linear CKA")[1].split("\n**")[0]
+    cka_table = section.split("**Debiased linear CKA")[1].split("\n**")[0]
     assert "| layer | `canonical` |" in cka_table  # one learned seed: no learned-vs-learned ceiling
     assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in section
     assert sweep_analysis(runs[2:], tmp_path) is None and sweep_analysis_markdown(None) == ""
@@ -349,3 +397,18 @@ def test_compare_with_analysis_true_adds_the_section_to_the_report(tmp_path):
         json.loads((tmp_path / "sweep" / "report.json").read_text())["analysis"]["runs"][1]["run"]
         == "canonical-s0"
     )
+
+
+def test_an_analysis_by_the_earlier_method_is_redone(tmp_path):
+    # analyses made before the controls and the debiased CKA (no method_version) must not be skipped as current
+    from tablefree.analysis.run import METHOD_VERSION
+    from tablefree.analysis.sweep import _up_to_date
+
+    checkpoint = save_model(tmp_path / "ckpt", tiny_model("canonical"))
+    out = tmp_path / "analysis"
+    out.mkdir()
+    recorded = {"checkpoint": str(checkpoint.resolve()), "reference": None}
+    (out / "analysis.json").write_text(json.dumps(recorded))
+    assert not _up_to_date(out, checkpoint, None)
+    (out / "analysis.json").write_text(json.dumps({**recorded, "method_version": METHOD_VERSION}))
+    assert _up_to_date(out, checkpoint, None)

@@ -13,16 +13,26 @@ on the same evaluation set. Its mean D̄ has two sources of error:
 * the evaluation set: the documents (validation) or examples (benchmarks) are a sample too. A *cluster*
   bootstrap resamples whole documents (never tokens or windows: tokens of one document are correlated, and
   token-level errors understate the error several-fold), the same documents for both interfaces and every seed,
-  and recomputes D̄; the variance of the replicates is v_eval, with N − 1 degrees of freedom for N clusters.
+  and recomputes D̄; the variance of the replicates, corrected for its small-sample bias, is v_eval, with
+  (effective number of clusters) − 1 degrees of freedom (``variance_components``).
 
-The interval is D̄ ± t(0.975, ν)·√(v_seed + v_eval), with ν from Welch–Satterthwaite. The seed × document
-interaction (a document that favours A under one seed and B under another) shows in both components, so the
-interval errs on the wide side when that interaction is large; the simulation test in ``tests/test_stats.py``
-checks that 95% intervals cover the truth 93–97% of the time and that "resolved" under no difference stays at
-or below 5%. With one seed there is no estimate of the seed variation and no interval; with two, the interval is shown but
+**The interval is the wider of two.** (1) The paired t on the seeds alone, D̄ ± t(0.975, S − 1)·√v_seed; (2) the
+combined D̄ ± t(0.975, ν)·√(v_seed + v_eval), ν from Welch–Satterthwaite. The p-value is the larger of the two
+tests' p-values (an intersection–union test: resolved only when both reject), so interval and p-value always
+agree. Why both: the combined interval alone is *narrower than the seed-only t* whenever the seed part
+dominates (the evaluation set's N − 1 degrees of freedom shrink the t multiplier faster than its variance
+grows the standard error), and in simulation it then covers 93% with 3 seeds; the seed-only t alone ignores the
+evaluation set and covers 40–60% when documents dominate. The wider of the two covers at least 94% in every case
+of the simulation grid in ``tests/test_stats.py`` (document-, seed- and interaction-dominated sweeps,
+heavy-tailed t(3) seed effects, skewed lognormal document effects, S = 3 and 5; docs/experiments.md gives the
+numbers), and false "resolved" under no difference stays at 5% within the simulation's error. Its price: the
+seed × document interaction enters both parts, so where it dominates the interval is wide (99% coverage). A
+two-way random-effects estimate of the variance components would not count it twice, but it can fall below
+the seed-only variance and needs a Satterthwaite df with a negative term; we chose the simple bound.
+
+With one seed there is no estimate of the seed variation and no interval; with two, the interval is shown but
 nothing is called resolved (one degree of freedom for the seed variation: in simulation such intervals cover
-less than 95%). The RNG seed is fixed
-(default 0): a report is reproducible to the digit.
+less than 95%). The RNG seed is fixed (default 0): a report is reproducible to the digit.
 
 Validation loss is a ratio (nats over tokens), so each document enters as its sum of nats and its token count;
 benchmark examples enter with weight 1 each. Perplexity and bits per byte are fixed transformations of the
@@ -30,21 +40,26 @@ validation loss on the same split: they are reported, but they are not separate 
 
 **Several pairs.** The pairs of interfaces are tested together: ``holm`` adjusts their p-values (Holm's
 step-down method, family-wise error 5%), and a comparison is resolved only when its adjusted p-value is below
-0.05.
+0.05. The comparison at Holm's step k of m is tested at level 0.05/(m − k + 1); the interval at that level
+(``Difference.interval_at``) is the one consistent with Holm's decision, and the sentence prints it.
 
 **Chance.** A benchmark on which neither interface is distinguishable from its chance level (``paired_difference``
 of each interface against the per-example chance score, e.g. 1/4 for a four-way choice) gets no verdict: "at
 chance (N examples)".
 
 **Power.** ``Difference.detectable`` is the smallest true difference this design would resolve with 80%
-probability, (t(0.975, ν) + t(0.80, ν))·se: what a "not resolved" can rule out.
+probability at a given Holm step: (t(1 − α/(2(m − k + 1)), ν) + t(0.80, ν))·se, for the wider of the two tests.
+It is a power figure, not evidence about the true difference: it rests on the *estimated* standard error, which
+with few seeds is itself uncertain (with ν = 2 the true se lies between 0.52× and 6.3× the estimate with 95%
+confidence), and ``detectable`` returns that range too. Only the interval says which differences the data
+rule out.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -63,8 +78,11 @@ _CHUNK_CELLS = 4_000_000  # replicates × clusters per chunk of resampling count
 class Difference:
     """``estimate`` = mean over seeds of metric(A) − metric(B), with its interval and what it rests on.
 
-    ``low``/``high``/``se``/``df``/``p_value`` are None when undefined (one seed). ``seeds`` paired seeds,
-    ``clusters`` documents or examples (0 when only per-run numbers were available)."""
+    ``se``/``df`` are the combined test's (seeds + evaluation set, Welch–Satterthwaite df), ``seed_se`` the
+    seed-only paired t's (on ``seeds`` − 1 df; None when only the evaluation set entered: one seed against
+    chance). ``low``/``high`` are the wider of the two intervals and ``p_value`` the larger p-value (module
+    docstring). All are None when undefined (one seed). ``seeds`` paired seeds, ``clusters`` documents or
+    examples (0 when only per-run numbers were available)."""
 
     estimate: float
     low: float | None
@@ -76,21 +94,50 @@ class Difference:
     df: float | None = None
     p_value: float | None = None
     confidence: float = 0.95
+    seed_se: float | None = None
 
     @property
     def excludes_zero(self) -> bool:
         return self.low is not None and self.high is not None and (self.low > 0 or self.high < 0)
 
-    @property
-    def detectable(self) -> float | None:
-        """The smallest true difference resolved with 80% probability by this design (None without an se)."""
-        if self.se is None or self.df is None:
+    def tests(self) -> list[tuple[float, float]]:
+        """(se, df) of each test the interval is the wider of: the combined one, then the seed-only t."""
+        found = [(self.se, self.df)] if self.se is not None and self.df is not None else []
+        if self.seed_se is not None and self.seeds > 1 and (self.seed_se, self.seeds - 1.0) not in found:
+            found.append((self.seed_se, float(self.seeds - 1)))
+        return found
+
+    def interval_at(self, confidence: float) -> tuple[float, float] | None:
+        """The interval at another level (e.g. 1 − 0.05/3 at Holm's first step of 3): the wider of the tests'."""
+        tests = self.tests()
+        if not tests:
             return None
-        alpha = 1 - self.confidence
-        return (student_t_ppf(1 - alpha / 2, self.df) + student_t_ppf(POWER, self.df)) * self.se
+        half = max(student_t_ppf(0.5 + confidence / 2, df) * se for se, df in tests)
+        return self.estimate - half, self.estimate + half
+
+    def detectable(self, family: int = 1, step: int = 1, alpha: float = ALPHA) -> dict[str, float] | None:
+        """The smallest true difference resolved with 80% probability at Holm's ``step`` of ``family`` (level
+        alpha/(family − step + 1)), and its 95% range from the uncertainty of the estimated se: ``value``,
+        ``low``, ``high``, ``df`` (of the test that sets it). None without an se. A power figure: it rules
+        nothing out (the interval does)."""
+        tests = self.tests()
+        if not tests:
+            return None
+        level = alpha / max(1, family - step + 1)
+        value, df = max(
+            ((student_t_ppf(1 - level / 2, df) + student_t_ppf(POWER, df)) * se, df) for se, df in tests
+        )
+        return {
+            "value": value,
+            "low": value * math.sqrt(df / chi2_ppf(0.975, df)),
+            "high": value * math.sqrt(df / chi2_ppf(0.025, df)),
+            "df": df,
+            "family": family,
+            "step": step,
+        }
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "excludes_zero": self.excludes_zero, "detectable": self.detectable}
+        return {**asdict(self), "excludes_zero": self.excludes_zero}
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -144,28 +191,60 @@ def paired_difference(
     scored = w > 0  # a document with no scored tokens (cut off by a window limit) carries no information
     a, b, w = a[:, scored], b[:, scored], w[scored]
     clusters = int(scored.sum())
-    per_seed = (a - b).sum(axis=1) / w.sum()
-    estimate = float(per_seed.mean())
     if seeds < 2 and not (one_seed_interval and n_boot and clusters > 1):
+        estimate = float(((a - b).sum(axis=1) / w.sum()).mean())
         return Difference(
             estimate, None, None, "one seed: no estimate of the seed variation", seeds, clusters
         )
-    v_seed = float(per_seed.var(ddof=1)) / seeds if seeds > 1 else 0.0
-    v_eval = 0.0
-    if n_boot and clusters > 1:
-        replicates = _cluster_bootstrap((a - b).mean(axis=0, keepdims=True), w, n_boot, seed)[:, 0]
-        # × N/(N − 1): the bootstrap variance of a mean of N clusters is (N − 1)/N of the unbiased estimate
-        replicates *= math.sqrt(clusters / (clusters - 1))
-        v_eval = float(replicates.var(ddof=1))
+    estimate, v_seed, v_eval, df_eval = (float(x[0]) for x in variance_components(a - b, w, n_boot, seed))
     method = (
-        f"paired by seed (t, {seeds - 1} df) + cluster bootstrap over {clusters} documents/examples "
-        f"({n_boot} replicates, seed {seed})"
-        if v_eval > 0 or (n_boot and clusters > 1)
+        f"wider of the paired t on the seeds ({seeds - 1} df) and the seeds + a cluster bootstrap over "
+        f"{clusters} documents/examples ({n_boot} replicates, seed {seed}; Welch–Satterthwaite df)"
+        if n_boot and clusters > 1
         else f"paired by seed (t, {seeds - 1} df); evaluation-set sampling not included"
     )
     if seeds < 2:
         method = f"one seed: cluster bootstrap over {clusters} documents/examples only ({n_boot} replicates)"
-    return _t_interval(estimate, v_seed, seeds - 1, v_eval, clusters - 1, method, seeds, clusters, confidence)
+    return _interval(estimate, v_seed, seeds, v_eval, df_eval, method, confidence, clusters)
+
+
+def variance_components(
+    differences: np.ndarray, weights: np.ndarray, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = DEFAULT_SEED
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate, v_seed, v_eval, df_eval) of one sweep, ``differences`` (seeds, clusters) of summed A − B per
+    cluster with ``weights`` (clusters,), or of a batch of sweeps, (sweeps, seeds, clusters) with (sweeps,
+    clusters) weights (the simulation test runs thousands at once; the batch shares the bootstrap's draws).
+    Arrays of one value per sweep. v_eval is 0 with ``n_boot`` 0 or one cluster; v_seed 0 with one seed.
+
+    The bootstrap variance of a weighted mean of N clusters is biased low: by (N − 1)/N with equal weights, by
+    (Σw² − 2Σw³/W + (Σw²)²/W²)/Σw² (W = Σw) in general, for exchangeable cluster effects; it is divided by that
+    factor. Its degrees of freedom are the effective number of clusters minus one, W²/Σw² − 1 (Kish; N − 1
+    with equal weights): a few long documents carry most of the tokens."""
+    d = np.asarray(differences, dtype=np.float64)
+    d = d[None] if d.ndim == 2 else d
+    w = np.broadcast_to(np.asarray(weights, dtype=np.float64), (d.shape[0], d.shape[2]))
+    sweeps, seeds, clusters = d.shape
+    total = w.sum(axis=1)
+    per_seed = d.sum(axis=2) / total[:, None]
+    estimate = per_seed.mean(axis=1)
+    v_seed = per_seed.var(axis=1, ddof=1) / seeds if seeds > 1 else np.zeros(sweeps)
+    v_eval, df_eval = np.zeros(sweeps), np.zeros(sweeps)
+    if n_boot and clusters > 1:
+        replicates = _cluster_bootstrap(d.mean(axis=1), w, n_boot, seed)
+        squares, cubes = (w**2).sum(axis=1), (w**3).sum(axis=1)
+        bias = (squares - 2 * cubes / total + squares**2 / total**2) / squares
+        v_eval = replicates.var(axis=0, ddof=1) / bias
+        df_eval = total**2 / squares - 1
+    return estimate, v_seed, v_eval, df_eval
+
+
+def welch_satterthwaite(
+    v_seed: np.ndarray, df_seed: float, v_eval: np.ndarray, df_eval: np.ndarray
+) -> np.ndarray:
+    """Degrees of freedom of the sum of two variance estimates (a part with 0 df contributes nothing)."""
+    seed_part = np.square(v_seed) / df_seed if df_seed > 0 else 0.0
+    eval_part = np.where(np.asarray(df_eval) > 0, np.square(v_eval) / np.maximum(df_eval, 1e-300), 0.0)
+    return np.square(np.add(v_seed, v_eval)) / np.add(seed_part, eval_part)
 
 
 def paired_seed_difference(values_a: Sequence[float], values_b: Sequence[float], confidence: float = 0.95):
@@ -240,6 +319,20 @@ def fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{decimals}f}"
 
 
+def fmt_p(p: float) -> str:
+    """A p-value: two significant digits, scientific below 0.001 (1.8e-05, not 0.000018)."""
+    return f"{p:.2g}" if 0 < p < 1e-3 else fmt(p, 2)
+
+
+def holm_steps(p_values: Sequence[float | None]) -> list[int | None]:
+    """Each p-value's step in Holm's procedure (1 = the smallest, tested at alpha/m); None entries: None."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    steps: list[int | None] = [None] * len(p_values)
+    for rank, (_, index) in enumerate(order):
+        steps[index] = rank + 1
+    return steps
+
+
 def decide(
     difference: Difference,
     name_a: str,
@@ -250,51 +343,60 @@ def decide(
     adjusted_p: float | None = None,
     family: int = 1,
     alpha: float = ALPHA,
+    step: int = 1,
 ) -> str:
-    """The plain sentence for one comparison of A with B.
+    """The plain sentence for one comparison of A with B, always stated as A − B with its sign.
 
     ``unit`` names the metric ("nats/token", "acc"); ``scale`` says what each run was and what it was scored on
     ("2.5M tokens each; 31 documents, 640k tokens"). ``adjusted_p`` is the Holm-adjusted p-value among ``family``
-    pairs; the comparison is resolved when it is below ``alpha`` (without one, when the interval excludes 0).
+    pairs and ``step`` this comparison's step in Holm's procedure; the comparison is resolved when the adjusted
+    p-value is below ``alpha`` (without one, when the interval excludes 0). In a family the sentence also gives
+    the interval at the step's level, the one consistent with Holm's decision.
     """
     d = difference
     level = f"{100 * d.confidence:g}% CI"
     seeds = f"{d.seeds} seed" + ("s" if d.seeds != 1 else "")
+    amount = f"{name_a} − {name_b} = {fmt(d.estimate)} {unit}"
     if d.low is None or d.high is None:
         return (
-            f"not resolved with {seeds}: {name_a} − {name_b} = {fmt(d.estimate)} {unit}; one seed gives no "
-            f"estimate of the seed-to-seed variation (run 3 or more seeds) [{scale}]"
+            f"not resolved with {seeds}: {amount}; one seed gives no estimate of the seed-to-seed variation "
+            f"(run 3 or more seeds) [{scale}]"
+        )
+    interval = f"{level} [{fmt(d.low)}, {fmt(d.high)}]"
+    if d.seeds < MIN_SEEDS_TO_RESOLVE:
+        return (
+            f"not resolved with {seeds}: {amount} ({interval}); two seeds leave one degree of freedom for the "
+            f"seed-to-seed variation, too few to resolve anything: run 3 or more seeds [{scale}]"
         )
     p = adjusted_p if adjusted_p is not None else d.p_value
     resolved = p is not None and p < alpha if adjusted_p is not None else d.excludes_zero
-    correction = f"Holm-adjusted p = {fmt(p, 2)} over {family} pairs" if family > 1 and p is not None else ""
-    if d.seeds < MIN_SEEDS_TO_RESOLVE:
-        return (
-            f"not resolved with {seeds}: {name_a} − {name_b} = {fmt(d.estimate)} {unit} ({level} "
-            f"[{fmt(d.low)}, {fmt(d.high)}]); two seeds leave one degree of freedom for the seed-to-seed "
-            f"variation, too few to resolve anything: run 3 or more seeds [{scale}]"
-        )
-    if not resolved:
-        detectable = d.detectable
+    holm_part = ""
+    if family > 1 and p is not None:
+        step_level = 1 - alpha / max(1, family - step + 1)
+        bounds = d.interval_at(step_level)
+        holm_part = f"Holm over {family} pairs: adjusted p = {fmt_p(p)}"
+        if bounds is not None:
+            holm_part += (
+                f"; at its step {step}, {100 * step_level:.3g}% CI [{fmt(bounds[0])}, {fmt(bounds[1])}]"
+            )
+    if resolved:
+        a_wins = (d.estimate > 0) == higher_is_better
+        winner = name_a if a_wins else name_b
+        extra = f"; {holm_part}" if holm_part else ""
+        return f"resolved, {winner} better: {amount} ({interval}; paired over {seeds}; {scale}{extra})"
+    if d.excludes_zero and holm_part:
+        why = f"; the {level} excludes 0, but Holm's correction decides: {holm_part}"
+    else:
+        why = f"; {holm_part}" if holm_part else ""
+    power = d.detectable(family, step, alpha)
+    tail = ""
+    if power is not None and power["value"] > 0:
         tail = (
-            f"; the smallest difference this design could detect is about {fmt(detectable, 2)}"
-            if detectable
-            else ""
+            f"; power: a true difference of about {fmt(power['value'], 2)} would be resolved with 80% "
+            f"probability (95% range {fmt(power['low'], 2)}–{fmt(power['high'], 2)}: the standard error rests "
+            f"on {fmt(power['df'], 2)} degrees of freedom)"
         )
-        extra = f"; {correction}" if correction else ""
-        return (
-            f"not resolved with {seeds} at {scale}: {name_a} − {name_b} = {fmt(d.estimate)} {unit} "
-            f"({level} [{fmt(d.low)}, {fmt(d.high)}]{extra}){tail}"
-        )
-    a_wins = (d.estimate > 0) == higher_is_better
-    sign = 1.0 if d.estimate > 0 else -1.0
-    low, high = sorted((sign * d.low, sign * d.high))
-    winner, loser = (name_a, name_b) if a_wins else (name_b, name_a)
-    extra = f"; {correction}" if correction else ""
-    return (
-        f"resolved: {winner} better than {loser} by {fmt(abs(d.estimate))} {unit} "
-        f"({level} [{fmt(low)}, {fmt(high)}]; paired over {seeds}; {scale}{extra})"
-    )
+    return f"not resolved with {seeds} at {scale}: {amount} ({interval}{why}){tail}"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -371,44 +473,90 @@ def _betainc(a: float, b: float, x: float) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _t_interval(
+def _interval(
     estimate: float,
     v_seed: float,
-    df_seed: int,
-    v_eval: float,
-    df_eval: int,
-    method: str,
     seeds: int,
-    clusters: int,
+    v_eval: float,
+    df_eval: float,
+    method: str,
     confidence: float,
+    clusters: int,
 ) -> Difference:
+    """The wider of the seed-only t (S − 1 df) and the combined t (Welch–Satterthwaite df), the larger p."""
     se = math.sqrt(v_seed + v_eval)
+    seed_se = math.sqrt(v_seed) if seeds > 1 else None
     if se == 0:
         p = 1.0 if estimate == 0 else 0.0
+        df = float(max(seeds - 1, df_eval, 1))
         return Difference(
-            estimate,
-            estimate,
-            estimate,
-            method,
-            seeds,
-            clusters,
-            0.0,
-            float(max(df_seed, df_eval, 1)),
-            p,
-            confidence,
+            estimate, estimate, estimate, method, seeds, clusters, 0.0, df, p, confidence, seed_se
         )
-    parts = (v_seed**2 / df_seed if df_seed > 0 else 0.0) + (v_eval**2 / df_eval if df_eval > 0 else 0.0)
-    df = (v_seed + v_eval) ** 2 / parts
-    half = student_t_ppf(0.5 + confidence / 2, df) * se
-    p = 2 * (1 - student_t_cdf(abs(estimate) / se, df))
-    return Difference(
-        estimate, estimate - half, estimate + half, method, seeds, clusters, se, df, max(p, 0.0), confidence
-    )
+    df = float(welch_satterthwaite(v_seed, seeds - 1, v_eval, df_eval if v_eval > 0 else 0))
+    provisional = Difference(estimate, None, None, method, seeds, clusters, se, df, None, confidence, seed_se)
+    low, high = provisional.interval_at(confidence)  # type: ignore[misc]
+    p = max(two_sided_p(estimate / s, d) if s > 0 else 0.0 for s, d in provisional.tests())
+    return replace(provisional, low=low, high=high, p_value=p)
+
+
+def two_sided_p(t: float, df: float) -> float:
+    """P(|T| ≥ |t|) for Student's t with ``df`` degrees of freedom."""
+    return max(0.0, 2 * (1 - student_t_cdf(abs(t), df)))
+
+
+def chi2_ppf(p: float, df: float) -> float:
+    """Quantile of the chi-square distribution (bisection on the regularized lower incomplete gamma)."""
+    if not 0 < p < 1 or df <= 0:
+        raise ValueError(f"chi2_ppf needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    low, high = 0.0, max(1.0, 2.0 * df)
+    while _gammainc(df / 2, high / 2) < p:
+        low, high = high, 2 * high
+    for _ in range(200):
+        middle = (low + high) / 2
+        if _gammainc(df / 2, middle / 2) < p:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+def _gammainc(a: float, x: float) -> float:
+    """Regularized lower incomplete gamma P(a, x) (Numerical Recipes: a series below a + 1, else a continued
+    fraction by Lentz's method)."""
+    if x <= 0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        for n in range(1, 1000):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return total * math.exp(log_front)
+    tiny = 1e-300
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return 1.0 - math.exp(log_front) * h
 
 
 def _cluster_bootstrap(sums: np.ndarray, weights: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, seeds) replicates of each row's sum(sums)/sum(weights), the same clusters drawn with
-    replacement for every row."""
+    """(n_boot, rows) replicates of each row's sum(sums)/sum(weights), ``sums`` and ``weights`` (rows,
+    clusters), the same clusters drawn with replacement for every row."""
     rng = np.random.default_rng(seed)
     n = sums.shape[1]
     replicates = np.empty((n_boot, sums.shape[0]))
@@ -416,7 +564,7 @@ def _cluster_bootstrap(sums: np.ndarray, weights: np.ndarray, n_boot: int, seed:
     for start in range(0, n_boot, chunk):
         size = min(chunk, n_boot - start)
         counts = _resample_counts(rng, size, n)
-        replicates[start : start + size] = (counts @ sums.T) / (counts @ weights)[:, None]
+        replicates[start : start + size] = (counts @ sums.T) / (counts @ weights.T)
     return replicates
 
 

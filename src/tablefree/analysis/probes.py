@@ -1,10 +1,16 @@
 """Bit probes: how linearly readable the current token's code bits are from the residual state at each layer.
 
 For every layer ℓ a linear probe (closed-form ridge on ±1 targets, the sign decides) is fitted on the states of
-one part of the positions of held-out text and scored on another. A fixed-code model's layer 0 *is* the code,
-so its probes read 100%; how fast accuracy falls with depth is how fast the network mixes the identity away.
-The baseline is the constant probe that always predicts the fit set's majority value of a bit (a bit that is
-nearly always 0 in real text, such as a high bit of frequent ids, has a baseline far above 50%).
+some positions of held-out text and scored on others. The default split is **type-disjoint**: the probe is
+fitted on the positions whose token type lies in one half of the vocabulary (a fixed random half) and scored on
+the positions of the other half, so a probe that only memorised which type carries which bits scores at chance;
+with ``split="positions"`` the fit and score positions may share types (that probe can read a table lookup).
+
+A probe means something only next to its **controls** (``run.run_analysis`` adds them): the same probe on the
+untrained model of the same interface and seed (a fixed code is read at 100% before any training: the residual
+path carries it), and random per-type labels (``random_labels``), which show what memorising types alone gives.
+Selectivity = accuracy − the untrained model's accuracy. The constant probe (each bit's majority value in the
+fit positions) is reported too: a skewed bit has a baseline far above 50%.
 """
 
 from __future__ import annotations
@@ -90,24 +96,62 @@ def _device(module: torch.nn.Module) -> torch.device:
     return tensors[0].device if tensors else torch.device("cpu")
 
 
+SPLITS = ("types", "positions")
+TYPE_SPLIT_SEED = 0
+
+
+def random_labels(vocab_size: int, bits: int, seed: int = 0) -> CodeSet:
+    """A control code: ``bits`` random labels per token type (fixed by ``seed``), the same for every model."""
+    table = torch.randint(0, 2, (vocab_size, bits), generator=torch.Generator().manual_seed(seed))
+    return CodeSet(
+        "random labels", f"{bits} random bits per token type (control)", bits, lambda ids: table[ids]
+    )
+
+
+def fit_types(vocab_size: int, seed: int = TYPE_SPLIT_SEED) -> torch.Tensor:
+    """(V,) bool: the token types the type-disjoint probes are fitted on (a fixed random half); the rest score."""
+    order = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(seed))
+    mask = torch.zeros(vocab_size, dtype=torch.bool)
+    mask[order[: vocab_size // 2]] = True
+    return mask
+
+
 def probe_code_bits(
     model: TablefreeLM,
     fit_windows: Iterable[torch.Tensor],
     score_windows: Iterable[torch.Tensor],
     ridge: float = DEFAULT_PROBE_RIDGE,
+    split: str = "types",
+    sets: list[CodeSet] | None = None,
 ) -> dict[str, Any]:
     """Fit one linear probe per layer and bit on the positions of ``fit_windows`` (id tensors (B, T)), score it
-    on those of ``score_windows``. Returns, per code set, accuracy[layer][bit], its mean and minimum per layer,
-    and the majority baseline per bit; plus the number of fit and score positions."""
-    sets = code_sets(model)
+    on those of ``score_windows``; with ``split="types"`` only positions of the fit half of the token types
+    (``fit_types``) fit and only those of the other half score (the same windows may then be passed as both).
+    ``sets``: the code sets to probe (default ``code_sets(model)``). Returns, per code set, accuracy[layer][bit],
+    its mean and minimum per layer, and the majority baseline per bit; the split and the number of fit and score
+    positions and types."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    sets = code_sets(model) if sets is None else sets
+    vocab_size = model.config.vocab_size
+    fit_mask = fit_types(vocab_size) if split == "types" else torch.ones(vocab_size, dtype=torch.bool)
+    score_mask = ~fit_mask if split == "types" else fit_mask
+    seen = {
+        "fit": torch.zeros(vocab_size, dtype=torch.bool),
+        "score": torch.zeros(vocab_size, dtype=torch.bool),
+    }
     device = next(model.parameters()).device
     layers = len(model.layers) + 1
     width = sum(s.num_bits for s in sets)
     accumulators = [RidgeAccumulator(model.config.d_model, width) for _ in range(layers)]
     for ids in fit_windows:
-        targets = _targets(sets, ids)
+        keep = fit_mask[ids.reshape(-1)]
+        seen["fit"][ids.reshape(-1)[keep]] = True
+        targets = _targets(sets, ids)[keep]
         for layer, state in enumerate(layer_states(model, ids.to(device))):
-            accumulators[layer].add(state.reshape(-1, state.shape[-1]), 2.0 * targets - 1.0)
+            accumulators[layer].add(
+                state.reshape(-1, state.shape[-1])[keep.to(state.device)], 2.0 * targets - 1.0
+            )
     if accumulators[0].n == 0:
         raise ValueError("the bit probes got no positions to fit on")
     probes = [accumulator.solve(ridge) for accumulator in accumulators]
@@ -116,16 +160,25 @@ def probe_code_bits(
     baseline = torch.zeros(width, dtype=torch.float64)
     scored = 0
     for ids in score_windows:
-        truth = _targets(sets, ids).bool()
+        keep = score_mask[ids.reshape(-1)]
+        seen["score"][ids.reshape(-1)[keep]] = True
+        truth = _targets(sets, ids)[keep].bool()
         for layer, state in enumerate(layer_states(model, ids.to(device))):
-            predicted = probes[layer].predict(state.reshape(-1, state.shape[-1]).cpu()) >= 0
+            rows = state.reshape(-1, state.shape[-1])[keep.to(state.device)]
+            predicted = probes[layer].predict(rows.cpu()) >= 0
             correct[layer] += (predicted == truth).sum(0)
         baseline += (majority == truth).sum(0)
         scored += truth.shape[0]
     if scored == 0:
         raise ValueError("the bit probes got no positions to score on")
     accuracy, baseline = correct / scored, baseline / scored
-    result: dict[str, Any] = {"positions": {"fit": accumulators[0].n, "score": scored}, "ridge": ridge}
+    result: dict[str, Any] = {
+        "split": split,
+        "positions": {"fit": accumulators[0].n, "score": scored},
+        "types": {"fit": int(seen["fit"].sum()), "score": int(seen["score"].sum())},
+        "shared_types": int((seen["fit"] & seen["score"]).sum()),
+        "ridge": ridge,
+    }
     result["code_sets"] = _split_by_set(sets, accuracy, baseline)
     return result
 

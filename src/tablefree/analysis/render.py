@@ -51,7 +51,7 @@ def analysis_markdown(
         "",
         f"Reference: {_reference_text(reference)}. Dataset: `{result['data']}`. Bit probes: linear (ridge "
         f"{probes['ridge']:g}) fitted on {probes['positions']['fit']:,} positions of the val split, scored on "
-        f"{probes['positions']['score']:,} others. Embedding measures over "
+        f"{probes['positions']['score']:,} others; {_split_text(probes)} Embedding measures over "
         f"{result['embeddings']['tokens']:,} tokens ({result['embeddings']['token_set']}).",
         "",
         f"{hashes}# Per layer",
@@ -72,6 +72,19 @@ def analysis_markdown(
     return "\n".join(lines)
 
 
+def _split_text(probes: dict[str, Any]) -> str:
+    types = probes.get("types") or {}
+    if probes.get("split", "positions") == "types":
+        return (
+            f"type-disjoint: fitted on {types.get('fit', 0):,} token types, scored on {types.get('score', 0):,} "
+            "others (a probe that memorised types scores at chance)."
+        )
+    return (
+        f"split by position: {probes.get('shared_types', '?')} token types occur in both (a probe can memorise "
+        "them)."
+    )
+
+
 def _reference_text(reference: dict[str, Any] | None) -> str:
     if reference is None:
         return "none (no CKA, neighbour overlap or reference neighbours)"
@@ -90,38 +103,73 @@ def _layer_table(result: dict[str, Any]) -> list[str]:
     sets = result["probes"]["code_sets"]
     emb = result["embeddings"]
     columns = ["layer"]
-    columns += [f"{name} bits: mean / min probe acc." for name in sets]
+    columns += [f"{name} bits: mean / min probe acc. (selectivity)" for name in sets]
     columns += ["log-freq. R²"]
     with_reference = "cka_reference_table" in emb
     if with_reference:
-        columns += ["reference log-freq. R²", "CKA vs ref. table", "CKA vs ref. same layer"]
+        columns += [
+            "reference log-freq. R²",
+            "CKA vs ref. table (null 95%)",
+            "CKA vs ref. same layer (null 95%)",
+        ]
         columns += [f"{emb['knn_overlap']['k']}-NN overlap with ref. table"]
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for layer, name in enumerate(result["layers"]):
         cells = [f"{layer} ({name})"]
-        cells += [
-            f"{_pct(s['mean_accuracy'][layer])} / {_pct(s['min_accuracy'][layer])}" for s in sets.values()
-        ]
+        for s in sets.values():
+            selectivity = s.get("selectivity")
+            extra = f" ({_signed_pct(selectivity[layer])})" if selectivity else ""
+            cells.append(f"{_pct(s['mean_accuracy'][layer])} / {_pct(s['min_accuracy'][layer])}{extra}")
         cells.append(_num(emb["frequency_r2"][layer]))
         if with_reference:
             ref_r2 = emb["reference_frequency_r2"]
             cells.append(_num(ref_r2[layer]) if layer < len(ref_r2) else "–")
-            cells.append(_num(emb["cka_reference_table"][layer]))
-            cells.append(_num(emb["cka_reference_layer"][layer]))
+            for key in ("cka_reference_table", "cka_reference_layer"):
+                null = (emb.get(f"{key}_null95") or [None] * (layer + 1))[layer]
+                cells.append(_cka_cell(emb[key][layer], null))
             cells.append(_pct(emb["knn_overlap"]["values"][layer]))
         rows.append("| " + " | ".join(cells) + " |")
     return rows
+
+
+def _signed_pct(value: float | None) -> str:
+    return "–" if value is None or not math.isfinite(value) else f"{100 * value:+.1f} pts"
+
+
+def above_null(value: float | None, null: float | None) -> bool:
+    """Whether a CKA value is above its permutation null's 95th percentile (only such a value gets words)."""
+    return value is not None and null is not None and value > null
+
+
+def _cka_cell(value: float | None, null: float | None) -> str:
+    if value is None:
+        return "–"
+    if null is None:
+        return _num(value)
+    return f"{_num(value)} ({_num(null)})" + ("" if above_null(value, null) else " n.s.")
 
 
 def _probe_note(probes: dict[str, Any], embeddings: dict[str, Any]) -> str:
     baselines = ", ".join(
         f"{name} bits {_pct(s['mean_majority_baseline'])}" for name, s in probes["code_sets"].items()
     )
-    note = (
-        f"Chance for the probes is the constant probe that always answers a bit's more common value: on "
-        f"average {baselines} (not 50%: real text uses some ids far more than others, and the fit and score "
-        "positions differ)."
+    untrained = (probes.get("controls") or {}).get("untrained")
+    control = (
+        f"Selectivity (in brackets) is the mean accuracy minus that of the same probe on the untrained model of "
+        f"the same interface and seed ({untrained['seed']}): what training added. The `random labels` row set "
+        "is the other control: random bits per token type, readable only by memorising types."
+        if untrained
+        else f"No untrained control: {(probes.get('controls') or {}).get('why', 'not computed')}."
     )
+    note = (
+        f"{control} The constant probe that always answers a bit's more common value scores on average "
+        f"{baselines} (not 50%: real text uses some ids far more than others)."
+    )
+    if "cka_reference_table_null95" in embeddings:
+        note += (
+            " CKA is the debiased estimator; in brackets the 95th percentile of its permutation null (rows "
+            "shuffled); n.s.: not above it, so no structure shared with the reference is shown."
+        )
     knn = embeddings.get("knn_overlap")
     if knn:
         note += (

@@ -21,18 +21,21 @@ from tablefree.analysis.embeddings import (
     probe_word_ids,
     token_counts,
 )
-from tablefree.analysis.linear import linear_cka
-from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, probe_code_bits
+from tablefree.analysis.linear import cka_null, linear_cka
+from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, code_sets, probe_code_bits, random_labels
 from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
 from tablefree.analysis.states import effective_embeddings, layer_names
 from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
 from tablefree.checkpoint.model_dir import load_model
+from tablefree.codes import num_bits
 from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
 from tablefree.fileio import read_json
-from tablefree.model import TablefreeLM
+from tablefree.model import TablefreeLM, build_model
 
 DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)
-FIT_FRACTION = 0.75  # the first 3/4 of the windows fit the probes, the last 1/4 score them
+FIT_FRACTION = 0.75  # split="positions": 3/4 of the windows fit the probes, the other 1/4 score them
+METHOD_VERSION = 2  # 2: type-disjoint probes with controls, debiased CKA with its null (issue 21)
+CKA_PERMUTATIONS = 50  # row shuffles per CKA value for its null (the 95th percentile of 50)
 FIT_ROWS_PER_FEATURE = 4  # the probes need at least 4·(d + 1) fit positions
 NEIGHBOURS = 5  # nearest neighbours listed per probe word
 KNN_K = 10  # neighbours compared per token in knn_overlap
@@ -52,6 +55,7 @@ def run_analysis(
     device: str = "cpu",
     batch_size: int = 8,
     log: Callable[[str], None] | None = None,
+    split: str = "types",
 ) -> dict[str, Any]:
     """Analyse ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory); returns the analysis dict.
 
@@ -61,7 +65,10 @@ def run_analysis(
     ``out``: write analysis.json, analysis.md and figures/ into this directory; ``positions``: held-out
     positions for the probes; ``words``: probe words for the neighbour lists (those that are one token);
     ``embedding_tokens``: limit the effective embeddings to that many of the most frequent tokens (memory is
-    (L + 1)·n·d floats per model; None: every token seen in training)."""
+    (L + 1)·n·d floats per model; None: every token seen in training); ``split``: the probes' fit/score
+    split, ``types`` (type-disjoint, the default) or ``positions``. Every probe is reported beside its controls:
+    the untrained model of the same interface and seed (built from the checkpoint's config and the seed in its
+    meta.json) and random per-type labels."""
     started = time.perf_counter()
     say = log or (lambda _message: None)
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
@@ -75,15 +82,16 @@ def run_analysis(
     tok, tok_hash = matching_tokenizer(directory, data_dir, manifest, tokenizer, model.config.vocab_size)
     ref = load_reference(reference, model, tok_hash, device) if reference is not None else None
 
-    say(f"bit probes on {data_dir}/val")
-    fit, score = probe_windows(model, data_dir, positions, batch_size)
-    probes = probe_code_bits(model, fit, score, ridge=DEFAULT_PROBE_RIDGE)
+    say(f"bit probes on {data_dir}/val ({split} split), with controls")
+    fit, score = probe_windows(model, data_dir, positions, batch_size, split)
+    probes = controlled_probes(model, _meta(directory).get("seed"), fit, score, split)
     say("effective embeddings")
     counts = torch.from_numpy(token_counts(data_dir, model.config.vocab_size))
     embeddings = embedding_measures(
         model, ref[0] if ref else None, tok, counts, words or DEFAULT_PROBE_WORDS, max_tokens=embedding_tokens
     )
     result = {
+        "method_version": METHOD_VERSION,
         "checkpoint": str(directory),
         "step": _meta(directory).get("step"),
         "interface": model.config.interface.name,
@@ -186,30 +194,67 @@ def load_reference(
 
 
 def probe_windows(
-    model: TablefreeLM, data_dir: Path, positions: int, batch_size: int
+    model: TablefreeLM, data_dir: Path, positions: int, batch_size: int, split: str = "types"
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Held-out windows of ``max_seq_len`` tokens from the val split, in order: the first FIT_FRACTION of them
-    to fit the probes, the rest to score them. Too little text is an error that says how much is needed."""
+    """Held-out windows of ``max_seq_len`` tokens from the val split, spread evenly over all of it (so over its
+    documents, not one section of one), as (fit, score) batches: with ``split="types"`` every window serves
+    both (the probes split by token type); with ``positions`` alternate windows in a 3:1 pattern fit and score.
+    Too little text is an error that says how much is needed."""
     seq_len = model.config.max_seq_len
     fit_needed = FIT_ROWS_PER_FEATURE * (model.config.d_model + 1)
-    needed_windows = max(2, math.ceil(fit_needed / (FIT_FRACTION * seq_len)))
+    share = 0.5 if split == "types" else FIT_FRACTION  # about half the positions fit under the type split
+    needed_windows = max(2, math.ceil(fit_needed / (share * seq_len)))
     available = _val_windows(data_dir, seq_len)
     if available < needed_windows:
         raise ValueError(
             f"{data_dir}: too little held-out text for the bit probes: they need at least "
             f"{needed_windows * seq_len:,} positions ({needed_windows} windows of {seq_len} tokens; "
-            f"{FIT_ROWS_PER_FEATURE} × (d_model + 1) = {fit_needed:,} to fit, a quarter more to score), the val "
+            f"{FIT_ROWS_PER_FEATURE} × (d_model + 1) = {fit_needed:,} to fit, as many again to score), the val "
             f"split holds {available * seq_len:,} ({available} windows); prepare the dataset with a larger val split"
         )
     windows = min(available, max(needed_windows, math.ceil(positions / seq_len)))
-    fit_count = min(windows - 1, max(1, round(FIT_FRACTION * windows)))
+    chosen = sorted({round(i * (available - 1) / max(1, windows - 1)) for i in range(windows)})
     loader = TokenLoader.from_dir(data_dir, "val", seq_len=seq_len, batch_size=1, shuffle=False)
-    rows = [loader.batch(i)[0] for i in range(windows)]  # batch_size 1: window i is micro-step i
+    rows = [loader.batch(i)[0] for i in chosen]  # batch_size 1: window i is micro-step i
 
     def batches(part: list[torch.Tensor]) -> list[torch.Tensor]:
         return [torch.cat(part[i : i + batch_size]) for i in range(0, len(part), batch_size)]
 
-    return batches(rows[:fit_count]), batches(rows[fit_count:])
+    if split == "types":
+        return batches(rows), batches(rows)
+    scored = {i for i in range(len(rows)) if i % 4 == 3} or {len(rows) - 1}
+    return batches([r for i, r in enumerate(rows) if i not in scored]), batches(
+        [r for i, r in enumerate(rows) if i in scored]
+    )
+
+
+def controlled_probes(
+    model: TablefreeLM,
+    seed: int | None,
+    fit: list[torch.Tensor],
+    score: list[torch.Tensor],
+    split: str = "types",
+    ridge: float = DEFAULT_PROBE_RIDGE,
+) -> dict[str, Any]:
+    """The bit probes of ``model`` beside their controls: random per-type labels (a code set of its own) and
+    the same probes on the untrained model of the same interface and ``seed`` (``build_model``, as training
+    starts); per code set ``untrained_mean_accuracy`` and ``selectivity`` = mean accuracy − that, per layer.
+    Without a seed the untrained control is absent and ``controls`` says why."""
+    vocab_size = model.config.vocab_size
+    sets = [*code_sets(model), random_labels(vocab_size, num_bits(vocab_size))]
+    probes = probe_code_bits(model, fit, score, ridge=ridge, split=split, sets=sets)
+    if seed is None:
+        probes["controls"] = {"untrained": None, "why": "no training seed in the checkpoint's meta.json"}
+        return probes
+    device = next(model.parameters()).device
+    untrained = build_model(model.config, int(seed), device).eval()
+    control = probe_code_bits(untrained, fit, score, ridge=ridge, split=split, sets=sets)
+    probes["controls"] = {"untrained": {"seed": int(seed), "split": split}}
+    for name, entry in probes["code_sets"].items():
+        baseline = control["code_sets"][name]["mean_accuracy"]
+        entry["untrained_mean_accuracy"] = baseline
+        entry["selectivity"] = [a - b for a, b in zip(entry["mean_accuracy"], baseline, strict=True)]
+    return probes
 
 
 def _val_windows(data_dir: Path, seq_len: int) -> int:
@@ -255,9 +300,14 @@ def embedding_measures(
         "frequency_r2": [frequency_r2(e, log_counts) for e in mine],
     }
     if theirs is not None:
+        result["cka"] = "debiased linear CKA (unbiased HSIC); null: 95th percentile over row shuffles"
         result["cka_reference_table"] = [linear_cka(e, theirs[0]) for e in mine]
+        result["cka_reference_table_null95"] = [cka_null(e, theirs[0], CKA_PERMUTATIONS) for e in mine]
         result["cka_reference_layer"] = [
             linear_cka(e, theirs[i]) if i < len(theirs) else None for i, e in enumerate(mine)
+        ]
+        result["cka_reference_layer_null95"] = [
+            cka_null(e, theirs[i], CKA_PERMUTATIONS) if i < len(theirs) else None for i, e in enumerate(mine)
         ]
         result["reference_frequency_r2"] = [frequency_r2(e, log_counts) for e in theirs]
         result["knn_overlap"] = {

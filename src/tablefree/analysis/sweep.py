@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, run_analysis
+from tablefree import stats
+from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, METHOD_VERSION, run_analysis
 from tablefree.checkpoint.layout import resolve_checkpoint
 from tablefree.fileio import read_json
 
@@ -49,7 +50,7 @@ def analyze_runs(
     positions: int = DEFAULT_POSITIONS,
 ) -> dict[str, str]:
     """Analyse each finished run into ``RUN/analysis`` (skipped when an analysis of the same checkpoint
-    against the same reference is there); returns run name → ``done``/``skipped``/``failed``. A failed
+    against the same reference, by the current method, is there); returns run name → ``done``/``skipped``/``failed``. A failed
     analysis is logged and recorded, never raised: it must not sink the sweep."""
     finished = set(finished)
     outcome = {}
@@ -80,8 +81,8 @@ def analyze_runs(
 
 def _up_to_date(out: Path, directory: Path, reference: Path | None) -> bool:
     previous = read_json(out / "analysis.json") if (out / "analysis.json").exists() else None
-    if not previous:
-        return False
+    if not previous or previous.get("method_version") != METHOD_VERSION:
+        return False  # none yet, or made by an earlier method (uncontrolled probes, biased CKA): redone
     wanted = str(resolve_checkpoint(reference)) if reference is not None else None
     recorded = (previous.get("reference") or {}).get("checkpoint")
     return previous.get("checkpoint") == str(resolve_checkpoint(directory)) and recorded == wanted
@@ -97,8 +98,32 @@ _MEASURES = (
         "Canonical-bit probe accuracy (mean over bits)",
         True,
     ),
+    (
+        ("probes", "code_sets", "canonical", "selectivity"),
+        "Canonical bits: selectivity (accuracy − the untrained model's, same interface and seed)",
+        True,
+    ),
     (("probes", "code_sets", "interface", "mean_accuracy"), "The interface's own code: probe accuracy", True),
-    (("embeddings", "cka_reference_table"), "Linear CKA of E_ℓ with the reference learned table", False),
+    (
+        ("probes", "code_sets", "interface", "selectivity"),
+        "The interface's own code: selectivity (accuracy − the untrained model's)",
+        True,
+    ),
+    (
+        ("probes", "code_sets", "random labels", "mean_accuracy"),
+        "Control: random per-type labels, probe accuracy",
+        True,
+    ),
+    (
+        ("embeddings", "cka_reference_table"),
+        "Debiased linear CKA of E_ℓ with the reference learned table",
+        False,
+    ),
+    (
+        ("embeddings", "cka_reference_table_null95"),
+        "Its permutation null (95th percentile, rows shuffled): CKA at or below this says nothing",
+        False,
+    ),
     (
         ("embeddings", "knn_overlap", "values"),
         f"{KNN_K}-NN overlap of E_ℓ with the reference learned table",
@@ -173,13 +198,19 @@ def _measure(
         cells = {}
         for interface, per_seed in per_interface.items():
             values = [s[layer] for s in per_seed if layer < len(s) and s[layer] is not None]
-            cells[interface] = (
-                {"mean": sum(values) / len(values), "min": min(values), "max": max(values), "n": len(values)}
-                if values
-                else None
-            )
+            cells[interface] = _over_seeds(values) if values else None
         layers.append(cells)
     return {"title": title, "percent": percent, "interfaces": list(per_interface), "layers": layers}
+
+
+def _over_seeds(values: list[float]) -> dict[str, Any]:
+    """Mean, range and 95% t interval over seeds (no interval from one seed)."""
+    mean, std = stats.mean_std(values)
+    cell = {"mean": mean, "min": min(values), "max": max(values), "n": len(values), "low": None, "high": None}
+    if std is not None:
+        half = stats.student_t_ppf(0.975, len(values) - 1) * std / len(values) ** 0.5
+        cell["low"], cell["high"] = mean - half, mean + half
+    return cell
 
 
 def sweep_analysis_markdown(summary: dict[str, Any] | None, level: int = 2) -> str:
@@ -193,7 +224,9 @@ def sweep_analysis_markdown(summary: dict[str, Any] | None, level: int = 2) -> s
         "",
         "From `tablefree analyze` on every finished run (docs/analysis.md). Reference: the `learned` run of the "
         "same seed; a `learned` run is compared with the `learned` run of another seed (the ceiling). Cells: "
-        "mean over seeds [min, max]; layer 0 is the interface output, layer ℓ the state after block ℓ.",
+        "mean over seeds (95% t interval over seeds) [min, max]; layer 0 is the interface output, layer ℓ the "
+        "state after block ℓ. Probes are type-disjoint unless the run's analysis says otherwise; read each "
+        "probe against its controls (selectivity, random labels) and each CKA against its null.",
     ]
     for point in summary["points"]:
         if point["name"]:
@@ -216,6 +249,8 @@ def _cell(cell: dict[str, Any] | None, percent: bool) -> str:
         return "–"
     scale, digits, unit = (100.0, 1, "%") if percent else (1.0, 3, "")
     text = f"{scale * cell['mean']:.{digits}f}{unit}"
+    if cell.get("low") is not None:
+        text += f" ({scale * cell['low']:.{digits}f} to {scale * cell['high']:.{digits}f})"
     if cell["n"] > 1:
         text += f" [{scale * cell['min']:.{digits}f}, {scale * cell['max']:.{digits}f}]"
     return text

@@ -19,7 +19,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "model's learned table: linear CKA, log-frequency R², nearest neighbours. Writes analysis.json, "
         "analysis.md and figures/*.png into --out (see docs/analysis.md). Python API: "
         "tablefree.analysis.run_analysis(checkpoint, reference=..., data=..., out=..., positions=..., words=..., "
-        "device=...).",
+        "device=..., split=...).",
     )
     parser.add_argument(
         "checkpoint", help="checkpoint directory, run directory, or directory of step_* checkpoints"
@@ -65,6 +65,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "per model (default: every token seen in training)",
     )
     parser.add_argument(
+        "--split",
+        choices=("types", "positions"),
+        default="types",
+        help="bit probes fitted on half the token types and scored on the other half (types, the test of "
+        "whether a code is decoded), or on positions that may share types (default: %(default)s)",
+    )
+    parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
     )
     parser.add_argument(
@@ -102,9 +109,16 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         batch_size=args.batch_size,
         log=print,
+        split=args.split,
     )
     for name, code_set in result["probes"]["code_sets"].items():
         accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])
-        print(f"{name} bits, mean probe accuracy per layer: {accuracies}")
+        selectivity = code_set.get("selectivity")
+        extra = (
+            "; selectivity vs the untrained model: " + ", ".join(f"{100 * v:+.1f}" for v in selectivity)
+            if selectivity
+            else ""
+        )
+        print(f"{name} bits, mean probe accuracy per layer: {accuracies}{extra}")
     print(f"analysis.md, analysis.json and figures/ in {result['out']}")
     return 0

@@ -1,4 +1,5 @@
-"""The comparison report of a sweep directory: ``report.md``, ``report.json`` and PNG figures.
+"""The comparison report of a sweep directory: ``report.md``, ``report.json``, ``report_data.json`` (the raw
+per-document and per-curve numbers, ``report.data``) and PNG figures.
 
 ``build_report`` reads only the files of the sweep directory (layout: ``tablefree.rundir``), so a report can be
 rebuilt at any time (``tablefree report SWEEP_DIR``), also from a partly finished sweep. The parts:
@@ -18,13 +19,15 @@ from tablefree import stats
 from tablefree.config_parsing import load_yaml
 from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison, regime, tuning
+from tablefree.report.data import DATA_FILE, report_data
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
 
 
 def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, Any]:
-    """Write ``report.md``, ``report.json`` and ``figures/*.png`` into ``sweep_dir``; return the JSON report."""
+    """Write ``report.md``, ``report.json``, ``report_data.json`` and ``figures/*.png`` into ``sweep_dir``;
+    return the JSON report."""
     from tablefree.report.figures import draw_figures
     from tablefree.report.markdown import render_markdown
 
@@ -41,6 +44,7 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     figures_dir.mkdir(exist_ok=True)
     report["figures"] = draw_figures(runs, report, figures_dir)
     write_json_atomic(sweep_dir / "report.json", strict_json(report))
+    write_json_atomic(sweep_dir / DATA_FILE, strict_json(report_data(runs, config)))
     write_text_atomic(sweep_dir / "report.md", render_markdown(report))
     return report
 

@@ -222,9 +222,11 @@ def comparisons(
             if entry is not None:
                 family.append({"point": point, **entry})
         tested = [c for c in family if c["verdict"] != "at chance"]
-        for c, adjusted in zip(tested, stats.holm([c["p_value"] for c in tested]), strict=True):
-            c["adjusted_p"], c["family"] = adjusted, len(tested)
+        p_values = [c["p_value"] for c in tested]
+        for c, adjusted, step in zip(tested, stats.holm(p_values), stats.holm_steps(p_values), strict=True):
+            c["adjusted_p"], c["family"], c["holm_step"] = adjusted, len(tested), step or 1
         for c in family:
+            c["detectable"] = _difference(c).detectable(c["family"], c.get("holm_step", 1))
             c["sentence"] = _sentence(c)
             c["verdict"] = _verdict(c)
         out += family
@@ -283,13 +285,24 @@ def _transformations(difference: stats.Difference, run: Run) -> dict[str, Any]:
     return out
 
 
+def _difference(c: dict[str, Any]) -> stats.Difference:
+    return stats.Difference(**{f.name: c[f.name] for f in fields(stats.Difference) if f.name in c})
+
+
 def _sentence(c: dict[str, Any]) -> str:
     if c["verdict"] == "at chance":
         chance = c["chance"]
         return f"at chance ({chance['examples']} examples; chance level {stats.fmt(chance['chance_level'])})"
-    difference = stats.Difference(**{f.name: c[f.name] for f in fields(stats.Difference)})
     return stats.decide(
-        difference, c["a"], c["b"], c["unit"], c["higher_is_better"], c["scale"], c["adjusted_p"], c["family"]
+        _difference(c),
+        c["a"],
+        c["b"],
+        c["unit"],
+        c["higher_is_better"],
+        c["scale"],
+        c["adjusted_p"],
+        c["family"],
+        step=c.get("holm_step", 1),
     )
 
 
@@ -371,7 +384,7 @@ def gap_curves(
     runs: list[Run], interfaces: list[str], point: str = "", baselines: Iterable[str] = ()
 ) -> list[dict[str, Any]]:
     """Per compared pair: the paired difference A − B of the in-training validation estimate at each evaluation point,
-    with its interval over seeds, and the slope of the gap against log tokens over the second half."""
+    with its interval over seeds, and the slope of the gap against log tokens over the last doubling (``_trend``)."""
     out = []
     curves = {run.name: estimate_curve(run) for run in runs}
     for a, b in interface_pairs(interfaces, baselines):
@@ -398,12 +411,26 @@ def _trained_pairs(runs: list[Run], a: str, b: str) -> list[tuple[Run, Run]]:
     return [(by_key[(a, s)], by_key[(b, s)]) for s in seeds]
 
 
+MIN_TREND_POINTS = 5  # a slope from fewer points (two, say) is a line through noise, not a trend
+
+
 def _trend(tokens: list[float], gaps: np.ndarray) -> dict[str, Any]:
-    """Slope of the gap per doubling of tokens over the second half of training, and what it says."""
-    half = [i for i, t in enumerate(tokens) if t >= tokens[-1] / 2 and t > 0]
-    if len(half) < 2:
-        return {"trend": None}
-    fit = stats.slope_against_log([tokens[i] for i in half], gaps[:, half])
+    """Slope of the gap per doubling of tokens over the last doubling of training (the points from the last
+    one at or below half the final tokens to the end), and what it says; no trend, with the reason, from fewer
+    than MIN_TREND_POINTS points or points spanning less than one doubling of tokens."""
+    positive = [i for i, t in enumerate(tokens) if t > 0]
+    below_half = [i for i in positive if tokens[i] <= tokens[-1] / 2]
+    window = positive[positive.index(below_half[-1]) :] if below_half else positive
+    span = tokens[window[-1]] / tokens[window[0]] if window else 1.0
+    if len(window) < MIN_TREND_POINTS or span < 2:
+        return {
+            "trend": None,
+            "no_trend": f"{len(positive)} in-training evaluation point{'s' if len(positive) != 1 else ''}"
+            + (f" spanning ×{span:.2g} of tokens" if len(window) > 1 else "")
+            + f"; a trend needs ≥ {MIN_TREND_POINTS} points over at least one doubling of tokens "
+            "(more frequent `val_every`)",
+        }
+    fit = stats.slope_against_log([tokens[i] for i in window], gaps[:, window])
     per_doubling = {k: (v * math.log(2) if isinstance(v, float) else v) for k, v in fit.items()}
     final = float(gaps[:, -1].mean())
     if per_doubling["low"] is None:
@@ -418,7 +445,7 @@ def _trend(tokens: list[float], gaps: np.ndarray) -> dict[str, Any]:
             "low": per_doubling["low"],
             "high": per_doubling["high"],
             "points": per_doubling["points"],
-            "from_tokens": tokens[half[0]],
+            "from_tokens": tokens[window[0]],
             "final_gap": final,
             "reading": reading,
         }

@@ -313,17 +313,19 @@ def _gap(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any
         for g in (g for g in gaps if (g["a"], g["b"]) == (a, b)):
             tokens = np.array([p["tokens"] for p in g["curve"]]) / scale
             estimate = np.array([p["estimate"] for p in g["curve"]])
-            style = line_styles[points.index(g["point"]) % len(line_styles)]
+            # points without a trend reading (too few, or spanning less than a doubling) are drawn unjoined
+            style = line_styles[points.index(g["point"]) % len(line_styles)] if g.get("trend") else "none"
+            label = g["point"] or f"{g['seeds']} seeds"
             ax.plot(
                 tokens,
                 estimate,
-                style,
+                linestyle=style,
                 marker="o",
-                markersize=3,
+                markersize=3 if g.get("trend") else 5,
                 color=colors[b],
-                label=(g["point"] or f"{g['seeds']} seeds"),
+                label=label if g.get("trend") else f"{label} (too few points for a trend)",
             )
-            if all(p["low"] is not None for p in g["curve"]):
+            if g.get("trend") and all(p["low"] is not None for p in g["curve"]):
                 low = [p["low"] for p in g["curve"]]
                 high = [p["high"] for p in g["curve"]]
                 ax.fill_between(tokens, low, high, color=colors[b], alpha=0.2, linewidth=0)

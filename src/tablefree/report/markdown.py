@@ -184,14 +184,18 @@ def _statistics(report: dict[str, Any]) -> str:
         "## Statistics",
         "",
         "Differences A − B, paired by seed (runs with one seed share initialisation and batch order): the mean "
-        "of the per-seed differences with a 95% interval that combines the seed-to-seed spread (t on S − 1 "
-        "degrees of freedom) with the sampling of the evaluation set (a cluster bootstrap over validation "
-        f"documents or benchmark examples, the same draws for both interfaces; {st['bootstrap_replicates']} "
-        f"replicates, fixed RNG seed). p-values are Holm-adjusted, per question, across {_pairs_compared(report)}. "
-        'A benchmark where neither interface is distinguishable from chance gets no verdict. "Detectable" is '
-        "the smallest difference this design resolves with 80% probability. Method details: docs/experiments.md.",
+        "of the per-seed differences with a 95% interval, the wider of the paired t on the seeds alone (S − 1 "
+        "degrees of freedom) and the t that adds the sampling of the evaluation set (a cluster bootstrap over "
+        f"validation documents or benchmark examples, the same draws for both interfaces; "
+        f"{st['bootstrap_replicates']} replicates, fixed RNG seed). p-values (the larger of the two tests') are "
+        f"Holm-adjusted, per question, across {_pairs_compared(report)}. A benchmark where neither interface is "
+        'distinguishable from chance gets no verdict. "80% power at" is a power figure, not a bound: the true '
+        "difference this design would resolve with 80% probability at the comparison's Holm step, with its 95% "
+        "range from the uncertainty of the estimated standard error; only the interval rules differences out. "
+        "Method details: docs/experiments.md.",
         "",
-        "| metric | A − B | difference | 95% CI | seeds | documents/examples | p (Holm) | detectable | conclusion |",
+        "| metric | A − B | difference | 95% CI | seeds | documents/examples | p (Holm) | 80% power at (range) "
+        "| conclusion |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
     for c in st["comparisons"]:
@@ -200,7 +204,7 @@ def _statistics(report: dict[str, Any]) -> str:
         lines.append(
             f"| {_label(c['point'])}{c['metric']} | {c['a']} − {c['b']} | {fmt(c['estimate'])} | {ci} | "
             f"{c['seeds']} | {c['clusters']} | {'–' if p is None else fmt(p, 2)} | "
-            f"{'–' if c['detectable'] is None else fmt(c['detectable'], 2)} | {c['verdict']} |"
+            f"{_power(c.get('detectable'))} | {c['verdict']} |"
         )
     transformed = [c for c in st["comparisons"] if c.get("transformations")]
     if transformed:
@@ -219,6 +223,12 @@ def _statistics(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _power(power: dict[str, Any] | None) -> str:
+    if not isinstance(power, dict) or not power.get("value"):
+        return "–"
+    return f"{fmt(power['value'], 2)} ({fmt(power['low'], 2)}–{fmt(power['high'], 2)})"
+
+
 def _triple(values: list[float | None], prefix: str) -> str:
     estimate, low, high = values
     interval = f" (95% CI [{prefix}{fmt(low)}, {prefix}{fmt(high)}])" if low is not None else ""
@@ -234,17 +244,21 @@ def _gap(report: dict[str, Any]) -> str:
         "",
         f"The paired difference A − B of the trainer's {ESTIMATE_NAME} at each evaluation during training "
         "(figure `gap.png`, band: 95% interval over seeds), and the slope of that gap against log tokens over "
-        "the second half of training, per doubling of tokens, with its 95% interval over seeds. A gap that "
-        "moves toward 0 is shrinking.",
+        "the last doubling of training, per doubling of tokens, with its 95% interval over seeds. A gap that "
+        "moves toward 0 is shrinking. A trend is read only from at least 5 evaluation points spanning at least "
+        "one doubling of tokens; with fewer the row says why it is absent.",
         "",
-        "| pair | seeds | gap at the end | slope per doubling (second half) | 95% CI | reading |",
+        "| pair | seeds | gap at the end | slope per doubling (last doubling) | 95% CI | reading |",
         "|---|---:|---:|---:|---|---|",
     ]
     for g in gaps:
         trend = g.get("trend")
         if not trend:
+            why = g.get("no_trend") or "too few points"
+            last = g["curve"][-1]["estimate"] if g.get("curve") else None
             lines.append(
-                f"| {_label(g['point'])}{g['a']} − {g['b']} | {g['seeds']} | – | – | – | too few points |"
+                f"| {_label(g['point'])}{g['a']} − {g['b']} | {g['seeds']} | "
+                f"{'–' if last is None else fmt(last)} | – | – | no trend: {why} |"
             )
             continue
         ci = f"[{fmt(trend['low'])}, {fmt(trend['high'])}]" if trend["low"] is not None else "–"

@@ -17,6 +17,7 @@ from tablefree import stats
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
+from tablefree.units import human
 
 SELECTION_FILE = RUN_FILES["selection"]  # written by compare beside eval.json
 OWN_RATE = "own best rate"
@@ -137,7 +138,7 @@ def _selection_source(runs: list[Run]) -> dict[str, Any]:
             "description": (
                 f"the selection split: every {first['select_every']}th training window, held out of training "
                 f"and disjoint from the validation split ({first['windows']:,} windows, "
-                f"{comparison.human(first['tokens'])} tokens)"
+                f"{human(first['tokens'])} tokens)"
             ),
             "disjoint_from_verdict": True,
         }

@@ -1,0 +1,102 @@
+"""The report's statistics from run files written the way a sweep writes them (no training): the raw-data
+sidecar rebuilds every validation interval and slope alone, and a trend needs enough points."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from tablefree.report import build_report
+from tablefree.report.data import DATA_FILE, statistics_from_data
+
+DOCUMENTS = 12
+
+
+def _write_run(
+    root: Path, interface: str, seed: int, rng: np.random.Generator, points: int, gap: float
+) -> None:
+    directory = root / "runs" / f"{interface}-s{seed}"
+    directory.mkdir(parents=True)
+    tokens = np.full(DOCUMENTS, 500) + np.arange(DOCUMENTS) * 40
+    per_token = 5.0 + gap + rng.normal(0, 0.05, DOCUMENTS)
+    nats = per_token * tokens
+    val_loss = float(nats.sum() / tokens.sum())
+    validation = {
+        "metrics": {"val_loss": val_loss, "val_ppl": math.exp(val_loss), "bits_per_byte": val_loss / 3},
+        "tokens": int(tokens.sum()),
+        "bytes": int(tokens.sum()) * 4,
+        "n": 10,
+        "per_document": {"documents": DOCUMENTS, "nats": nats.tolist(), "tokens": tokens.tolist()},
+    }
+    (directory / "eval.json").write_text(json.dumps({"tasks": {"validation": validation}}))
+    (directory / "summary.json").write_text(json.dumps({"tokens_seen": 4096 * points, "params": {}}))
+    (directory / "status.json").write_text(json.dumps({"state": "done"}))
+    curve = [
+        {
+            "step": 4 * (i + 1),
+            "tokens": 4096 * (i + 1),
+            "train_loss": 6.0,
+            "val_loss_estimate": 7 - 0.1 * i + gap,
+        }
+        for i in range(points)
+    ]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve))
+
+
+def _sweep(root: Path, points: int) -> Path:
+    rng = np.random.default_rng(0)
+    root.mkdir()
+    config = {"name": "synthetic", "interfaces": ["learned", "canonical", "affine"], "seeds": [0, 1, 2]}
+    (root / "compare.yaml").write_text(yaml.safe_dump(config))
+    for seed in range(3):
+        for interface, gap in (("learned", 0.0), ("canonical", 0.3), ("affine", 0.32)):
+            _write_run(root, interface, seed, rng, points, gap + 0.02 * seed * (interface == "affine"))
+    return root
+
+
+def test_report_data_rebuilds_every_interval_and_slope(tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path / "sweep", points=8)
+    report = build_report(sweep, n_boot=300)
+    keep = tmp_path / "shipped"
+    keep.mkdir()
+    shutil.copy(sweep / "report.json", keep)
+    shutil.copy(sweep / DATA_FILE, keep)
+    shutil.rmtree(sweep)  # only the shipped files remain
+    rebuilt = statistics_from_data(keep / DATA_FILE, n_boot=300)
+    shipped = json.loads((keep / "report.json").read_text())["statistics"]
+    keys = ("a", "b", "estimate", "low", "high", "se", "df", "seed_se", "p_value", "adjusted_p", "sentence")
+    assert [{k: c[k] for k in keys} for c in rebuilt["comparisons"]] == [
+        {k: c[k] for k in keys} for c in shipped["comparisons"]
+    ]
+    assert (
+        len(shipped["comparisons"]) == 3 and report["statistics"]["comparisons"][0]["clusters"] == DOCUMENTS
+    )
+    assert [g["trend"] for g in rebuilt["gap"]] == [g["trend"] for g in shipped["gap"]]
+    assert all(g["trend"] is not None for g in shipped["gap"])
+
+
+def test_no_trend_from_two_points(tmp_path: Path) -> None:
+    from tablefree.report import comparison
+    from tablefree.rundir import find_runs
+
+    runs = find_runs(_sweep(tmp_path / "two", points=2))
+    gaps = comparison.gap_curves(runs, ["learned", "canonical", "affine"])
+    assert gaps and all(g["trend"] is None for g in gaps)
+    assert "2 in-training evaluation points" in gaps[0]["no_trend"] and "≥ 5 points" in gaps[0]["no_trend"]
+    report = build_report(tmp_path / "two", n_boot=100)  # the report says why, and still draws the points
+    markdown = (tmp_path / "two" / "report.md").read_text()
+    assert (
+        "| learned − canonical | 3 | -0.300 | – | – | no trend: 2 in-training evaluation points" in markdown
+    )
+    assert "| growing |" not in markdown and "| shrinking |" not in markdown
+    assert any(figure["path"] == "figures/gap.png" for figure in report["figures"])
+    # five points from 4k to 20k tokens span a doubling over their last doubling (8k → 20k): a trend
+    five = comparison.gap_curves(find_runs(_sweep(tmp_path / "five", points=5)), ["learned", "canonical"])
+    assert five[0]["trend"] is None  # 8k, 12k, 16k, 20k: four points in the last doubling
+    eight = comparison.gap_curves(find_runs(_sweep(tmp_path / "eight", points=10)), ["learned", "canonical"])
+    assert eight[0]["trend"]["points"] == 6 and eight[0]["trend"]["from_tokens"] == 4096 * 5
