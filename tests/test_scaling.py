@@ -158,7 +158,7 @@ def test_noiseless_analysis_recovers_gap_slope_parity_and_passes_its_backtest():
     assert learned["backtest"]["observed"] == pytest.approx(curve("learned", 8e6))
     assert [p["x"] for p in learned["predictions"]] == [8e6, 64e6]
     text = " ".join(result["sentences"])
-    assert "At 64M tokens (8.0× beyond the largest budget run) the fitted curves put learned ahead" in text
+    assert "At 64M tokens (8.0× beyond the largest budget run) the fitted curves put canonical ahead" in text
     assert "The fits cross at 16M tokens" in text
     assert "checked over 2.0×; the prediction at 64M reaches 8.0× beyond the largest budget run" in text
 

@@ -733,18 +733,18 @@ def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
         includes = "; the interval includes 0" if low <= 0 <= high else ""
         sentences.append(
             f"At {_amount(g['x'])} {unit} ({where}) the fitted curves put {leader} ahead of {trailer} by "
-            f"{stats.fmt(abs(g['estimate']))} nats/token ({level} [{stats.fmt(low)}, {stats.fmt(high)}]{includes})."
+            f"{_num(abs(g['estimate']))} nats/token ({level} [{_num(low)}, {_num(high)}]{includes})."
         )
     c = pair["change_per_doubling"]
     gap_now = next(g for g in pair["gap_at"] if g["x"] == largest)["estimate"]
     gap_sign = 1.0 if gap_now >= 0 else -1.0
     magnitude = gap_sign * c["estimate"]
-    m_low, m_high = sorted((gap_sign * c["low"], gap_sign * c["high"]))
-    verb = "shrinks" if magnitude < 0 else "grows"
+    verb, orient = ("shrinks", -gap_sign) if magnitude < 0 else ("grows", gap_sign)
+    m_low, m_high = sorted((orient * c["low"], orient * c["high"]))  # in units of the verb: shrink or growth
     sentences.append(
-        f"At {_amount(largest)} {unit} the fitted gap {verb} by {stats.fmt(abs(magnitude))} nats/token per "
-        f"doubling ({level} of the change in its size [{stats.fmt(m_low)}, {stats.fmt(m_high)}]"
-        + ("; not resolved: the interval includes 0)." if m_low <= 0 <= m_high else ").")
+        f"At {_amount(largest)} {unit} the fitted gap {verb} by {_num(abs(magnitude))} nats/token per "
+        f"doubling ({level} [{_num(m_low)}, {_num(m_high)}]"
+        + ("; the interval includes 0)." if m_low <= 0 <= m_high else ").")
     )
     p = pair["parity"]
     if p["estimate"] is None:
@@ -766,9 +766,9 @@ def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
     bt = pair["backtest"]
     inside = "inside" if bt["covered"] else "outside"
     sentences.append(
-        f"The backtest (fitted up to {_amount(bt['fitted_up_to'])}) predicted a gap of {stats.fmt(bt['predicted'])} "
-        f"at {_amount(bt['at'])} ({level} [{stats.fmt(bt['low'])}, {stats.fmt(bt['high'])}]), observed "
-        f"{stats.fmt(bt['observed'])}: off by {stats.fmt(bt['error'])} nats/token, {inside} its interval; the "
+        f"The backtest (fitted up to {_amount(bt['fitted_up_to'])}) predicted a gap of {_num(bt['predicted'])} "
+        f"at {_amount(bt['at'])} ({level} [{_num(bt['low'])}, {_num(bt['high'])}]), observed "
+        f"{_num(bt['observed'])}: off by {_num(bt['error'])} nats/token, {inside} its interval; the "
         f"extrapolation has been checked over {_ratio(bt['at'] / bt['fitted_up_to'])}"
         + (
             f"; the prediction at {_amount(pair['gap_at'][-1]['x'])} reaches {_ratio(pair['gap_at'][-1]['reach'])} "
@@ -787,6 +787,11 @@ def _amount(value: float) -> str:
             text = stats.fmt(value / scale, 3)
             return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{suffix}"
     return f"{value:g}"
+
+
+def _num(value: float) -> str:
+    """Three significant digits; scientific notation only for magnitudes below 1e-4 (a backtest error of 3e-12)."""
+    return f"{value:.2g}" if value != 0 and abs(value) < 1e-4 else stats.fmt(value)
 
 
 def _ratio(value: float) -> str:
