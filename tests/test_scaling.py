@@ -252,3 +252,18 @@ def test_seed_resampled_intervals_cover_the_truth_and_point_resampling_does_not(
     assert min(seeds.values()) >= 0.85, seeds
     points = _coverage(40, "points")
     assert points["loss at 2e+06"] < 0.85, points
+
+
+def test_figures_draw_the_loss_and_the_gap_of_every_fit(tmp_path):
+    from tablefree.report.scaling_figures import draw_scaling_figures
+
+    rows = study(np.random.default_rng(2))
+    report = scaling.scaling_report(rows, predict_at=[64e6], n_boot=30)
+    figures = draw_scaling_figures(report, rows, tmp_path)
+    assert [f["path"] for f in figures] == [
+        "figures/scaling_loss_tokens.png",
+        "figures/scaling_gap_tokens.png",
+    ]
+    for f in figures:
+        data = (tmp_path / f["path"].removeprefix("figures/")).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
