@@ -20,10 +20,11 @@ parameter, L(N) = E + A·N^(−α).
 **The intervals.** The seeds are the independent units: runs of one seed share the initialisation and the data
 order, so their points at different budgets (and of different interfaces) are correlated. A resample draws S
 seeds with replacement, *the same draw for every interface*, and refits every interface on the drawn seeds'
-points (each seed's points weighted by how often it was drawn); refits start from the full fit's best and
-runner-up solutions. Intervals are percentiles of the refits (``n_boot`` resamples, a fixed RNG seed). With 5
-seeds a percentile interval runs somewhat narrow (the simulation test in ``tests/test_scaling.py`` measures
-its coverage); resampling points instead of seeds runs far narrower, and the same test shows it.
+points (each seed's points weighted by how often it was drawn); refits start from the full fit's distinct
+solutions (up to ``RESAMPLE_STARTS``). Intervals are *expanded* percentile intervals of the refits
+(``_tail_probability``: a plain percentile interval from 5 seeds runs narrow), from ``n_boot`` resamples with a
+fixed RNG seed. The simulation test in ``tests/test_scaling.py`` measures their coverage, and shows that
+resampling points instead of seeds misses the interpolated loss more often.
 
 **What is derived.** For a pair of interfaces A, B: the fitted gap L_A(D) − L_B(D) at any budget; its change
 per doubling of D at the largest budget, ln 2 · d(gap)/d(ln D); and the budget to parity, the first D at or
@@ -305,7 +306,8 @@ def _power_law(theta: np.ndarray, objective: float) -> PowerLaw:
 @dataclass(frozen=True)
 class Design:
     """The points of one fit: ``x`` the budgets (tokens, or parameters), ``seeds`` those with a run at every
-    budget for every interface, ``loss[interface]`` (seeds, budgets)."""
+    budget for every interface, ``loss[interface]`` (seeds, budgets), ``left_out`` the seeds that lack a run
+    (and which)."""
 
     x_name: str
     x: np.ndarray
@@ -688,7 +690,7 @@ def scaling_report(
         {
             "method": (
                 f"L = E + B·x^(−β) per interface, Huber (δ = {HUBER_DELTA:g}) on log loss, L-BFGS from a grid "
-                f"of starts; {100 * confidence:g}% percentile intervals from {n_boot} resamples of seeds (the "
+                f"of starts; {100 * confidence:g}% expanded percentile intervals from {n_boot} resamples of seeds (the "
                 f"same draw for every interface), RNG seed {seed}; backtest without the largest budget"
             ),
             "tokens": by_tokens,
