@@ -1,0 +1,269 @@
+"""Fitted scaling curves (tablefree.scaling): recovery, robustness, refusals, the backtest, strict JSON, and a
+simulation of many studies in which the seed-resampled intervals must cover the truth."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tablefree import scaling
+from tablefree.scaling import Observation
+
+BUDGETS = np.geomspace(5e5, 8e6, 5)  # 16×, five budgets: the smallest design the fits accept
+CROSS = 16e6
+LEARNED = (2.0, 60.0, 0.25)
+# canonical: lower floor, steeper, behind at every budget run; the true curves cross at 16M tokens
+CANONICAL = (1.85, (2.0 + 60.0 * CROSS**-0.25 - 1.85) * CROSS**0.28, 0.28)
+TRUE = {"learned": LEARNED, "canonical": CANONICAL}
+
+
+def curve(name: str, d) -> np.ndarray:
+    e, b, beta = TRUE[name]
+    return e + b * np.asarray(d, dtype=np.float64) ** -beta
+
+
+def study(rng: np.random.Generator | None, seeds: int = 5, budgets=BUDGETS, params=None) -> list[Observation]:
+    """One synthetic study: per seed an offset shared by both interfaces and one of each interface's own,
+    both constant across budgets (a seed's runs share its initialisation and data order), plus per-run noise.
+    ``rng`` None: noiseless."""
+    draw = (
+        (lambda sd, n=None: rng.normal(0, sd, n))
+        if rng is not None
+        else (lambda sd, n=None: np.zeros(n or ()))
+    )
+    shared = draw(0.03, seeds)
+    rows = []
+    for name in TRUE:
+        own = draw(0.02, seeds)
+        for s in range(seeds):
+            for d in budgets:
+                loss = float(curve(name, d) + shared[s] + own[s] + draw(0.002))
+                rows.append(Observation(name, s, float(d), loss, params))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The fit
+
+
+def test_fit_recovers_the_curve_exactly_from_noiseless_points():
+    fit = scaling.fit_power_law(np.tile(BUDGETS, 3), np.tile(curve("learned", BUDGETS), 3))
+    assert (fit.E, fit.B, fit.beta) == pytest.approx(LEARNED, rel=1e-6)
+    assert fit.predict(1e9) == pytest.approx(curve("learned", 1e9), rel=1e-8)
+
+
+def test_fit_matches_scipy_lbfgsb_from_the_same_best_start():
+    optimize = pytest.importorskip("scipy.optimize")
+    rng = np.random.default_rng(3)
+    x = np.tile(BUDGETS, 5)
+    y = curve("canonical", x) + np.repeat(rng.normal(0, 0.02, 5), 5) + rng.normal(0, 0.003, x.size)
+    ours = scaling.fit_power_law(x, y)
+    log_x, log_y = np.log(x), np.log(y)
+    w = np.ones((1, x.size))
+
+    def objective(theta):
+        f, g = scaling._huber(theta[None], log_x - log_x.mean(), log_y, w)
+        return f[0], g[0]
+
+    best = np.array([np.log(ours.E), np.log(ours.B) - ours.beta * log_x.mean(), ours.beta])
+    start = best + np.array([0.05, -0.3, 0.02])
+    theirs = optimize.minimize(
+        objective, start, jac=True, method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12}
+    )
+    assert ours.objective <= theirs.fun + 1e-9
+    assert ours.beta == pytest.approx(theirs.x[2], abs=1e-3)
+
+
+def test_huber_fit_shrugs_off_one_outlier_that_least_squares_follows(monkeypatch):
+    x = np.tile(BUDGETS, 4)
+    y = curve("learned", x)
+    y[3] += 0.4  # one diverged run
+    huber = scaling.fit_power_law(x, y)
+    assert (huber.E, huber.B, huber.beta) == pytest.approx(LEARNED, rel=0.02)
+    monkeypatch.setattr(scaling, "HUBER_DELTA", 10.0)  # every residual inside δ: plain least squares
+    squares = scaling.fit_power_law(x, y)
+    truth = curve("learned", 1e9)
+    assert abs(huber.predict(1e9) - truth) < 0.01
+    assert abs(squares.predict(1e9) - truth) > 5 * abs(huber.predict(1e9) - truth)
+
+
+def test_fit_needs_three_distinct_budgets():
+    with pytest.raises(ValueError, match="3 or more distinct x"):
+        scaling.fit_power_law([1e6, 1e6, 2e6, 2e6], [3.0, 3.1, 2.9, 2.95])
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Observations and refusals
+
+
+def test_loader_refuses_a_second_point_of_one_run_and_names_bad_fields():
+    rows = [{"interface": "learned", "seed": 0, "tokens": 1e6, "loss": 3.0}] * 2
+    with pytest.raises(ValueError, match="observation 1: a second loss for learned seed 0 at 1M tokens"):
+        scaling.observations_from_dicts(rows)
+    with pytest.raises(ValueError, match="observation 0: field 'loss' must be a positive finite number"):
+        scaling.observations_from_dicts(
+            [{"interface": "learned", "seed": 0, "tokens": 1e6, "loss": float("nan")}]
+        )
+    with pytest.raises(ValueError, match="observation 0: missing field"):
+        scaling.observations_from_dicts([{"interface": "learned", "seed": 0, "loss": 3.0}])
+    loaded = scaling.observations_from_dicts(
+        [{"interface": "affine", "seed": 2, "tokens": 2_000_000, "loss": 4.5, "params": 1e6}]
+    )
+    assert loaded == [Observation("affine", 2, 2e6, 4.5, 1e6)]
+
+
+def test_refusals_name_what_is_short():
+    with pytest.raises(ValueError, match=r"5 or more budgets, got 4 \(500k, 1M, 2M, 4M\)"):
+        scaling.check_design(study(None, budgets=BUDGETS[:4] * [1, 1, 1, 1]))
+    with pytest.raises(ValueError, match=r"spanning 16× or more, got 8.00× \(1M to 8M\)"):
+        scaling.check_design(study(None, budgets=np.geomspace(1e6, 8e6, 5)))
+    rows = [
+        o
+        for o in study(None, seeds=4)
+        if not (o.seed in (1, 3) and o.interface == "canonical" and o.tokens == 8e6)
+    ]
+    with pytest.raises(
+        ValueError, match=r"got 2 \(0, 2\); seed 1 lacks canonical at 8M; seed 3 lacks canonical at 8M"
+    ):
+        scaling.check_design(rows)
+    design = scaling.check_design(study(None, seeds=4)[:-1])  # seed 3 lacks canonical at 8M: left out, listed
+    assert design.seeds == [0, 1, 2]
+    assert design.left_out == ["seed 3 lacks canonical at 8M"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What the analysis reports
+
+
+def test_noiseless_analysis_recovers_gap_slope_parity_and_passes_its_backtest():
+    result = scaling.analyse(study(None), predict_at=[64e6], n_boot=50)
+    pair = result["pairs"][0]
+    assert (pair["a"], pair["b"]) == ("learned", "canonical")
+    at_64m = pair["gap_at"][-1]
+    assert at_64m["x"] == 64e6 and at_64m["reach"] == 8.0
+    assert at_64m["estimate"] == pytest.approx(curve("learned", 64e6) - curve("canonical", 64e6), abs=1e-6)
+    assert pair["parity"]["estimate"] == pytest.approx(CROSS, rel=1e-4)
+    assert pair["parity"]["share_crossing"] == 1.0
+    slope = lambda name, d: -TRUE[name][2] * TRUE[name][1] * d ** -TRUE[name][2]  # noqa: E731
+    expected = np.log(2) * (slope("learned", 8e6) - slope("canonical", 8e6))
+    assert pair["change_per_doubling"]["estimate"] == pytest.approx(expected, rel=1e-4)
+    backtest = pair["backtest"]
+    assert backtest["at"] == pytest.approx(8e6) and backtest["fitted_up_to"] == pytest.approx(4e6)
+    # noiseless: the resampled interval has no width, so "covered" is a matter of rounding and is not checked
+    assert backtest["error"] == pytest.approx(0, abs=1e-6)
+    assert result["checked_ratio"] == pytest.approx(2.0)
+    learned = result["interfaces"]["learned"]
+    assert learned["backtest"]["observed"] == pytest.approx(curve("learned", 8e6))
+    assert [p["x"] for p in learned["predictions"]] == [8e6, 64e6]
+    text = " ".join(result["sentences"])
+    assert "At 64M tokens (8.0× beyond the largest budget run) the fitted curves put canonical ahead" in text
+    assert "The fits cross at 16M tokens" in text
+    assert "checked over 2.0×; the prediction at 64M reaches 8.0× beyond the largest budget run" in text
+
+
+def test_no_crossing_before_the_horizon_is_null_with_a_reason_and_strict_json():
+    rows = [
+        Observation(o.interface, o.seed, o.tokens, o.loss + (0.5 if o.interface == "canonical" else 0.0))
+        for o in study(np.random.default_rng(1))
+    ]
+    report = scaling.scaling_report(rows, predict_at=[1e8], n_boot=50, horizon=1e10)
+    text = json.dumps(report, allow_nan=False)  # strict JSON: no NaN, no Infinity
+    pair = report["tokens"][0]["pairs"][0]
+    parity = pair["parity"]
+    backtest = pair["backtest"]
+    assert backtest["low"] < backtest["high"] and isinstance(backtest["covered"], bool)
+    assert backtest["covered"] == (backtest["low"] <= backtest["observed"] <= backtest["high"])
+    assert parity["estimate"] is None and "do not cross between 500k and 10B" in parity["reason"]
+    assert report["params"] == [] and report["params_reason"] == "the runs have one model size"
+    assert "The fits do not cross before 10B tokens" in text
+
+
+def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
+    rows = study(None, params=1e6) + [
+        Observation(o.interface, o.seed, o.tokens, o.loss - 0.1, 2e6) for o in study(None)
+    ]
+    report = scaling.scaling_report(rows, n_boot=20)
+    assert [g["params"] for g in report["tokens"]] == [1e6, 2e6]
+    assert all(g["refused"] is None for g in report["tokens"])
+    assert report["params"] and all("5 or more model sizes" in g["refused"] for g in report["params"])
+    assert any(s.startswith("1M parameters: At 8M tokens") for s in report["sentences"])
+    json.dumps(report, allow_nan=False)
+
+
+def test_size_fit_over_parameters_at_fixed_tokens_per_parameter():
+    sizes = np.geomspace(1e6, 32e6, 5)
+    rows = [
+        Observation(name, s, float(20 * n), float(curve(name, n) + 0.01 * s), float(n))
+        for name in TRUE
+        for s in range(3)
+        for n in sizes
+    ]
+    report = scaling.scaling_report(rows, n_boot=20)
+    (group,) = report["params"]
+    assert group["tokens_per_param"] == 20 and group["refused"] is None and group["x"] == "params"
+    assert group["interfaces"]["canonical"]["fit"]["beta"]["estimate"] == pytest.approx(
+        CANONICAL[2], rel=0.05
+    )
+    assert all("5 or more budgets, got 1" in g["refused"] for g in report["tokens"])
+
+
+def test_analysis_is_reproducible_from_its_rng_seed():
+    rows = study(np.random.default_rng(5))
+    first = scaling.analyse(rows, n_boot=30, seed=7)
+    assert first == scaling.analyse(rows, n_boot=30, seed=7)
+    assert first != scaling.analyse(rows, n_boot=30, seed=8)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The simulation: many studies, the truth known
+
+
+AT = [2e6, 8e6, 32e6]
+
+
+def _coverage(studies: int, resample: str) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    hits: dict[str, int] = {}
+    truth = {f"loss at {x:g}": curve("learned", x) for x in AT}
+    truth |= {f"gap at {x:g}": curve("learned", x) - curve("canonical", x) for x in AT}
+    truth["crossing"] = CROSS
+    for _ in range(studies):
+        result = scaling.analyse(study(rng), predict_at=AT, n_boot=200, resample=resample)
+        pair = result["pairs"][0]
+        intervals = {f"loss at {p['x']:g}": p for p in result["interfaces"]["learned"]["predictions"]}
+        intervals |= {f"gap at {g['x']:g}": g for g in pair["gap_at"]}
+        parity = pair["parity"]
+        # an upper bound past the horizon (None) is unbounded above
+        intervals["crossing"] = {"low": parity["low"] or 0.0, "high": parity["high"] or np.inf}
+        for key, value in truth.items():
+            hits[key] = hits.get(key, 0) + (intervals[key]["low"] <= value <= intervals[key]["high"])
+    return {key: count / studies for key, count in hits.items()}
+
+
+@pytest.mark.slow
+def test_seed_resampled_intervals_cover_the_truth_and_point_resampling_does_not():
+    """40 simulated studies (5 seeds × 5 budgets × 2 interfaces, truth crossing at 16M, 2× beyond the largest
+    budget): the 95% intervals of the loss, the gap (inside, at and beyond the budgets run) and the crossing
+    cover the truth in at least 85% of studies. Resampling points as if they were independent misses the
+    interpolated loss more often than that."""
+    seeds = _coverage(40, "seeds")
+    assert min(seeds.values()) >= 0.85, seeds
+    points = _coverage(40, "points")
+    assert points["loss at 2e+06"] < 0.85, points
+
+
+def test_figures_draw_the_loss_and_the_gap_of_every_fit(tmp_path):
+    from tablefree.report.scaling_figures import draw_scaling_figures
+
+    rows = study(np.random.default_rng(2))
+    report = scaling.scaling_report(rows, predict_at=[64e6], n_boot=30)
+    figures = draw_scaling_figures(report, rows, tmp_path)
+    assert [f["path"] for f in figures] == [
+        "figures/scaling_loss_tokens.png",
+        "figures/scaling_gap_tokens.png",
+    ]
+    for f in figures:
+        data = (tmp_path / f["path"].removeprefix("figures/")).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
