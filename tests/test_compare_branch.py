@@ -283,3 +283,65 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
     config.grid = from_dict(CompareConfig, {"grid": {"model": [{"name": "m", "d_model": 64}]}}).grid
     with pytest.raises(ValueError, match="other settings"):
         write_sweep_config(config, out)
+
+
+def synthetic_runs(tmp_path: Path, budgets: list[int], seeds: list[int]) -> tuple[list, dict]:
+    """Finished runs whose final losses follow known curves (learned E=3, canonical E=3.2), a branched grid."""
+    from tablefree.rundir import Run
+
+    runs, points = [], []
+    for budget in budgets:
+        points.append({"name": f"{budget}", "train": {"budget": budget}})
+        for interface, floor in (("learned", 3.0), ("canonical", 3.2)):
+            for seed in seeds:
+                directory = tmp_path / f"{budget}" / f"{interface}-s{seed}"
+                directory.mkdir(parents=True)
+                (directory / "config.yaml").write_text(
+                    "batch_tokens: 1000\nschedule: {name: wsd, warmup_steps: 2, decay_fraction: 0.2}\n"
+                    "optim: {lr: 0.002}\n"
+                )
+                if budget != budgets[-1]:
+                    trunk = f"{budgets[-1]}/{interface}-s{seed}"
+                    (directory / "branch.json").write_text(
+                        json.dumps({"trunk": trunk, "step": budget // 1250})
+                    )
+                loss = floor + 40.0 * budget**-0.3 + 0.01 * seed
+                runs.append(
+                    Run(
+                        interface,
+                        seed,
+                        directory,
+                        point=f"{budget}",
+                        status={"state": "done"},
+                        summary={
+                            "tokens_seen": budget,
+                            "total_steps": budget // 1000,
+                            "params": {"total_trainable": 10},
+                        },
+                        eval={"tasks": {"validation": {"metrics": {"val_loss": loss}}}},
+                    )
+                )
+    return runs, {"grid_points": points}
+
+
+def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
+    from tablefree.report.curves import fitted_curves
+
+    budgets = [250_000, 500_000, 1_000_000, 2_000_000, 4_000_000]
+    runs, config = synthetic_runs(tmp_path, budgets, [0, 1, 2])
+    (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)
+    fit = entry["fits"]["tokens"][0]
+    assert fit["refused"] is None
+    assert fit["interfaces"]["learned"]["fit"]["E"]["estimate"] == pytest.approx(3.0, abs=0.05)
+    branching = entry["branching"]
+    assert branching["points"]["250000"]["branched_from"] == "4000000"
+    assert branching["points"]["4000000"]["branched_from"] is None
+    # trained: the trunk, plus each branch's tokens after its branch step (budget // 1250 steps of 1,000)
+    per_seed = 4_000_000 + sum(b - (b // 1250) * 1000 for b in budgets[:-1])
+    assert branching["tokens_trained"] == 2 * 3 * per_seed
+    assert branching["tokens_from_scratch"] == 2 * 3 * sum(budgets)
+    assert any("backtest" in sentence for sentence in entry["fits"]["sentences"])
+    # two budgets: the fit is refused with its reason, never a trend from two points
+    runs, config = synthetic_runs(tmp_path / "short", budgets[:2], [0, 1, 2])
+    (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)
+    assert entry["fits"]["tokens"][0]["refused"] and "5 or more budgets" in entry["fits"]["sentences"][0]

@@ -18,7 +18,7 @@ from typing import Any
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
 from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
-from tablefree.report import comparison, regime, tuning
+from tablefree.report import comparison, curves, regime, tuning
 from tablefree.report.data import DATA_FILE, report_data
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
@@ -30,6 +30,7 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     return the JSON report."""
     from tablefree.report.figures import draw_figures
     from tablefree.report.markdown import render_markdown
+    from tablefree.report.scaling_figures import draw_scaling_figures
 
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
@@ -43,6 +44,8 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     figures_dir = sweep_dir / "figures"
     figures_dir.mkdir(exist_ok=True)
     report["figures"] = draw_figures(runs, report, figures_dir)
+    for entry in report["statistics"]["fitted_curves"]:
+        report["figures"] += draw_scaling_figures(entry["fits"], curves.observations_of(entry), figures_dir)
     write_json_atomic(sweep_dir / "report.json", strict_json(report))
     write_json_atomic(sweep_dir / DATA_FILE, strict_json(report_data(runs, config)))
     write_text_atomic(sweep_dir / "report.md", render_markdown(report))
@@ -94,6 +97,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
             "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),
+            "fitted_curves": curves.fitted_curves(runs, config, interfaces, controls, n_boot),
         },
         "config": config,
         "train_config": _train_config(runs),

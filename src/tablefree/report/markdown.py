@@ -26,6 +26,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _gap(report),
         _grid(report),
         _learning_rate(report),
+        _fitted_curves(report),
         _figures(report),
         _analysis(report),
         _runs(report),
@@ -299,6 +300,51 @@ def _grid(report: dict[str, Any]) -> str:
             for g in row["gaps"]
         )
         lines.append(f"| {row['point']} | " + " | ".join(cells) + f" | {gaps} |")
+    return "\n".join(lines)
+
+
+def _fitted_curves(report: dict[str, Any]) -> str:
+    entries = report["statistics"].get("fitted_curves") or []
+    if not entries:
+        return ""
+    lines = ["## Budgets as separate runs: fitted curves"]
+    for entry in entries:
+        schedule, branching = entry["schedule"] or {}, entry["branching"]
+        lines += [
+            "",
+            f"Grid points {', '.join(entry['points'])}: every number below is the final {EVALUATION_NAME} of a "
+            f"separate run with its own complete `{schedule.get('name')}` schedule (peak rate "
+            f"{fmt(schedule.get('peak_lr') or 0, 2)}, warmup {schedule.get('warmup_steps')} steps"
+            + (
+                f", decay over the last {100 * schedule['decay_fraction']:g}% of each budget's steps to "
+                f"{fmt(schedule.get('min_lr') or 0, 2)}"
+                if schedule.get("name") == "wsd"
+                else ""
+            )
+            + "), not a point inside one run's learning-rate decay.",
+            "",
+            "| budget | tokens | steps | trained as |",
+            "|---|---:|---:|---|",
+        ]
+        for point, row in branching["points"].items():
+            how = (
+                f"branched from the {row['branched_from']} run at step {row['decay_from_step']}, its own decay after it"
+                if row["branched_from"]
+                else "from scratch"
+            )
+            lines.append(f"| {point} | {human(row['tokens'])} | {row['steps']} | {how} |")
+        if branching["saving"] > 0:
+            lines += [
+                "",
+                f"Branching trained {human(branching['tokens_trained'])} tokens for runs that take "
+                f"{human(branching['tokens_from_scratch'])} from scratch ({100 * branching['saving']:.0f}% fewer); "
+                "a branch is bit-identical to its from-scratch run (docs/experiments.md).",
+            ]
+        fits = entry["fits"]
+        lines += ["", f"Method: {fits['method']}.", ""]
+        lines += [f"- {sentence}" for sentence in fits["sentences"]]
+        if fits.get("params_reason"):
+            lines.append(f"- No fit against parameters: {fits['params_reason']}.")
     return "\n".join(lines)
 
 

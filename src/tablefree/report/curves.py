@@ -1,0 +1,112 @@
+"""The fitted curves of a sweep with a budget grid: each finished run's final validation loss is one observation
+(a separate run with its own schedule, or a decay branched from a shared stable phase), fitted per interface by
+``tablefree.scaling``; the section says which schedule and which budgets produced the numbers, and how many
+tokens branching saved.
+
+Runs are grouped by what else their grid point sets (the learning rate, say): one fit per group. A group whose
+design is too short for a fit (fewer than 5 budgets, a span under 16×, fewer than 3 seeds) gets the refusal and
+its reason in place of the curves: a trend is never read off too few points.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tablefree import scaling
+from tablefree.config_parsing import load_yaml
+from tablefree.fileio import read_json
+from tablefree.report import comparison
+from tablefree.rundir import RUN_FILES, Run
+
+
+def fitted_curves(
+    runs: list[Run], config: dict[str, Any], interfaces: list[str], controls: list[str], n_boot: int
+) -> list[dict[str, Any]]:
+    """One entry per group of grid points that differ only in their budget (and model size), with at least two
+    budgets: the observations, the schedule, the branching and ``scaling.scaling_report``'s fits."""
+    groups: dict[str, list[str]] = {}
+    for point in config.get("grid_points") or []:
+        train = point.get("train") or {}
+        if "budget" not in train:
+            continue
+        rest = {k: v for k, v in train.items() if k not in ("budget", "model")}
+        groups.setdefault(yaml.safe_dump(rest, sort_keys=True), []).append(point["name"])
+    entries = []
+    for names in groups.values():
+        here = [run for run in comparison.finished(runs) if run.point in names]
+        observations = [o for o in (_observation(run) for run in here) if o is not None]
+        if len({o.tokens for o in observations}) < 2:
+            continue
+        pairs = comparison.interface_pairs(
+            [i for i in interfaces if any(o.interface == i for o in observations)], controls
+        )
+        fits = scaling.scaling_report(
+            observations, pairs=pairs, n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP)
+        )
+        entries.append(
+            {
+                "points": names,
+                "observations": [o.__dict__ for o in observations],
+                "schedule": _schedule(here),
+                "branching": _branching(here),
+                "fits": fits,
+            }
+        )
+    return entries
+
+
+def observations_of(entry: dict[str, Any]) -> list[scaling.Observation]:
+    return scaling.observations_from_dicts(entry["observations"])
+
+
+def _observation(run: Run) -> scaling.Observation | None:
+    loss = run.metric_values().get(comparison.VAL_LOSS)
+    summary = run.summary or {}
+    if loss is None or not summary.get("tokens_seen"):
+        return None
+    params = (summary.get("params") or {}).get("total_trainable")
+    return scaling.Observation(run.interface, run.seed, float(summary["tokens_seen"]), loss, params)
+
+
+def _schedule(runs: list[Run]) -> dict[str, Any] | None:
+    """The schedule the group's runs share (the budget aside), as recorded in their config.yaml."""
+    for run in runs:
+        recipe = load_yaml(run.directory / RUN_FILES["config"])
+        schedule = recipe.get("schedule") or {}
+        return {
+            **schedule,
+            "peak_lr": (recipe.get("optim") or {}).get("lr"),
+            "batch_tokens": recipe.get("batch_tokens"),
+        }
+    return None
+
+
+def _branching(runs: list[Run]) -> dict[str, Any]:
+    """Per budget: whether its runs were branched, and from which step they trained their own decay; the tokens
+    trained against the tokens the same runs would take from scratch."""
+    per_point: dict[str, dict[str, Any]] = {}
+    trained = from_scratch = 0.0
+    for run in runs:
+        summary = run.summary or {}
+        tokens = float(summary.get("tokens_seen") or 0)
+        branch = read_json(run.directory / RUN_FILES["branch"], default=None)
+        batch_tokens = load_yaml(run.directory / RUN_FILES["config"])["batch_tokens"]
+        from_scratch += tokens
+        trained += tokens - (branch["step"] * batch_tokens if branch else 0)
+        per_point.setdefault(
+            run.point,
+            {
+                "tokens": tokens,
+                "steps": summary.get("total_steps"),
+                "branched_from": branch["trunk"].split("/")[0] if branch else None,
+                "decay_from_step": branch["step"] if branch else None,
+            },
+        )
+    return {
+        "points": per_point,
+        "tokens_trained": trained,
+        "tokens_from_scratch": from_scratch,
+        "saving": 1 - trained / from_scratch if from_scratch else 0.0,
+    }
