@@ -465,3 +465,74 @@ def test_human_token_counts() -> None:
         "1M",
         "512",
     ]
+
+
+def _compare_yaml(tmp_path: Path, dataset_dir: str, corpus: str) -> Path:
+    """A compare config as shipped: its own dataset directory and the corpus to prepare into it."""
+    import yaml
+
+    path = tmp_path / "compare-mine.yaml"
+    data = {
+        "train": RECIPE,
+        "dataset": {"dir": dataset_dir, "corpus": corpus, "vocab_size": 512},
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0],
+        "eval": {"tasks": ["validation"]},
+        "out": str(tmp_path / "sweep"),
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_dataset_dir_named_on_the_command_line_must_exist(dataset: Path, tmp_path: Path) -> None:
+    """issue 25.1: a typo in dataset.dir made the config's own corpus fill the misspelt directory."""
+    from tablefree.compare import prepare_data
+
+    corpus = dataset.parent / "topics.jsonl"
+    path = _compare_yaml(tmp_path, str(tmp_path / "shipped"), str(corpus))
+    typo = tmp_path / "westrn2"
+    config = load_compare_config(path, overrides=[f"dataset.dir={typo}"])
+    with pytest.raises(FileNotFoundError, match=r"no manifest\.json.*tablefree data prepare CORPUS --out"):
+        prepare_data(config, log=lambda line: None)
+    assert not typo.exists()
+    # naming the corpus in the same command prepares it there
+    named = load_compare_config(path, overrides=[f"dataset.dir={typo}", f"dataset.corpus={corpus}"])
+    assert named.dataset.corpus == str(corpus)
+
+
+def test_a_prepared_dataset_must_be_the_configs_corpus(dataset: Path, tmp_path: Path) -> None:
+    """A corpus named over a directory that holds another prepared corpus is refused, not silently ignored."""
+    from tablefree.compare import prepare_data
+
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"text": "some other text"}\n')
+    config = load_compare_config(_compare_yaml(tmp_path, str(dataset), str(other)))
+    with pytest.raises(ValueError, match=r"was prepared from .*topics\.jsonl, not dataset\.corpus"):
+        prepare_data(config, log=lambda line: None)
+
+
+def test_provenance_and_title_come_from_the_dataset_used(dataset: Path, tmp_path: Path) -> None:
+    """issue 25.2: a sweep on the user's own data recorded the shipped config's corpus and was titled after it."""
+    from tablefree.compare import prepare_data, write_sweep_config
+    from tablefree.config_parsing import load_yaml
+    from tablefree.data.loader import read_manifest
+    from tablefree.report.markdown import _config_and_data
+
+    path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
+    config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])
+    prepare_data(config, log=lambda line: None)
+    config.out_dir.mkdir(parents=True)
+    write_sweep_config(config, config.out_dir)
+    recorded = load_yaml(config.out_dir / "compare.yaml")
+    assert "gutenberg" not in json.dumps(recorded)
+    manifest = read_manifest(dataset)
+    used = recorded["dataset"]
+    assert used["dir"] == str(dataset) and used["tokenizer_hash"] == manifest["tokenizer_hash"]
+    assert [Path(p).resolve() for p in used["corpus"]] == [(dataset.parent / "topics.jsonl").resolve()]
+    assert used["sources"][0]["sha256"] == manifest["sources"][0]["sha256"]
+    assert used["splits"]["val"]["sha256"] == {
+        s["file"]: s["sha256"] for s in manifest["splits"]["val"]["shards"]
+    }
+    title = _config_and_data({"name": "compare-mine", "config": recorded})
+    assert f"config `{path}`" in title and f"dataset `{dataset}`" in title and "`topics.jsonl`" in title
+    assert manifest["tokenizer_hash"][:12] in title

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import datetime
 import itertools
+import os
 import subprocess
 import sys
 import time
@@ -150,6 +151,9 @@ class CompareConfig:
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
     notes: list[str] = field(default_factory=list)  # shown at the top of the report (markdown)
+    config_file: str = (
+        ""  # the YAML the config was read from (load_compare_config sets it; the report's title)
+    )
     analysis: bool = False  # run `tablefree analyze` on every finished run; its section joins the report
 
     def __post_init__(self) -> None:
@@ -190,6 +194,17 @@ def load_compare_config(
     options = {"interfaces": interfaces, "seeds": seeds, "out": None if out is None else str(out)}
     options = {key: value for key, value in options.items() if value is not None}
     config = from_dict_with_overrides(CompareConfig, data, overrides or [], str(path), options)
+    config.config_file = str(path)
+    named = {item.split("=", 1)[0].strip() for item in overrides or []}
+    if named & {"dataset.dir", "dataset"} and not named & {"dataset.corpus", "dataset"}:
+        # The config's corpus belongs to the config's directory: a directory named on the command line must
+        # hold a prepared dataset already, or the same command names the corpus to prepare into it.
+        config.dataset.corpus = None
+    if "train.data.dir" in named and config.dataset.dir and not named & {"dataset.dir", "dataset"}:
+        raise ValueError(
+            f"command-line override train.data.dir: {path} sets dataset.dir={config.dataset.dir}, which the "
+            "runs train on; name your dataset with dataset.dir=DIR instead"
+        )
     if config.train_config:
         config.train_config = str(
             _find_relative(config.train_config, Path(path).parent, f"{path}: train_config")
@@ -473,13 +488,20 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
 
 
 def prepare_data(config: CompareConfig, log=print) -> None:
-    """Prepare ``dataset.corpus`` into ``dataset.dir`` unless that holds a complete dataset already."""
+    """Prepare ``dataset.corpus`` into ``dataset.dir`` unless that holds a complete dataset already, in which case
+    the dataset must be the one the config names (its corpus and vocabulary): a sweep never trains on a corpus
+    other than the one it records."""
     spec = config.dataset
-    if not spec.dir or (Path(spec.dir) / "manifest.json").exists():
+    if not spec.dir:
+        return
+    if (Path(spec.dir) / "manifest.json").exists():
+        check_prepared_dataset(config)
         return
     if not spec.corpus:
         raise FileNotFoundError(
-            f"dataset.dir {spec.dir} holds no prepared dataset (manifest.json) and dataset.corpus is not set"
+            f"dataset.dir {spec.dir} holds no prepared dataset (no manifest.json): prepare one with "
+            f"`tablefree data prepare CORPUS --out {spec.dir}`, or name the corpus in the same command "
+            f"(dataset.corpus=CORPUS) to have compare prepare it"
         )
     from tablefree.data.prepare import prepare_dataset
 
@@ -499,6 +521,26 @@ def prepare_data(config: CompareConfig, log=print) -> None:
         gutenberg=spec.gutenberg,
         **{k: v for k, v in chosen.items() if v is not None},
     )
+
+
+def check_prepared_dataset(config: CompareConfig) -> None:
+    """A prepared ``dataset.dir`` must come from ``dataset.corpus`` and have ``dataset.vocab_size`` when those are
+    set (a local corpus: the manifest records its resolved paths)."""
+    from tablefree.data.loader import read_manifest
+
+    spec = config.dataset
+    manifest = read_manifest(spec.dir)
+    paths = (manifest.get("corpus") or {}).get("paths")
+    if spec.corpus and paths is not None and str(Path(spec.corpus).resolve()) not in paths:
+        raise ValueError(
+            f"dataset.dir {spec.dir} was prepared from {', '.join(paths)}, not dataset.corpus {spec.corpus}; "
+            f"point dataset.dir at a new directory to prepare {spec.corpus} there, or drop dataset.corpus"
+        )
+    if spec.vocab_size is not None and manifest.get("vocab_size") not in (None, spec.vocab_size):
+        raise ValueError(
+            f"dataset.dir {spec.dir} has a vocabulary of {manifest['vocab_size']}, dataset.vocab_size says "
+            f"{spec.vocab_size}; point dataset.dir at a new directory or set dataset.vocab_size={manifest['vocab_size']}"
+        )
 
 
 def check_eval_data(config: CompareConfig) -> None:
@@ -541,23 +583,43 @@ def write_sweep_config(config: CompareConfig, out: Path) -> None:
 
 
 def dataset_as_used(config: CompareConfig) -> dict[str, Any]:
-    """The dataset as the runs use it: the spec's settings that were set, and what the prepared dataset's
-    manifest says (vocabulary, tokens and documents per split), never an unused default."""
-    spec = {k: v for k, v in to_dict(config.dataset).items() if v not in (None, "", False)}
+    """The dataset as the runs use it, from its manifest: directory, sources, tokenizer hash, vocabulary, and
+    per split its tokens, documents and shard sha256s; the preparation settings only when the sweep prepared
+    it (``prepared_by_sweep``), never an unused default."""
+    from tablefree.data.loader import read_manifest
+
     directory = config.dataset.dir or base_recipe(config)["data"]["dir"]
-    manifest_path = Path(directory) / "manifest.json"
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        spec["dir"] = directory
-        spec["prepared"] = {
-            "vocab_size": manifest.get("vocab_size"),
-            "tokenizer_hash": manifest.get("tokenizer_hash"),
-            **{
-                split: {"tokens": info.get("tokens"), "documents": info.get("documents")}
-                for split, info in (manifest.get("splits") or {}).items()
-            },
-        }
-    return spec
+    if not (Path(directory) / "manifest.json").exists():
+        return {"dir": directory}  # not prepared yet: nothing is known about it
+    manifest = read_manifest(directory)
+    used: dict[str, Any] = {
+        "dir": directory,
+        "sources": [_source_name(source) for source in manifest.get("sources") or []],
+        "corpus": [os.path.relpath(path) for path in (manifest.get("corpus") or {}).get("paths") or []]
+        or None,
+        "tokenizer_hash": manifest.get("tokenizer_hash"),
+        "vocab_size": manifest.get("vocab_size"),
+        "created": manifest.get("created"),
+        "splits": {
+            split: {
+                "tokens": info.get("tokens"),
+                "documents": info.get("documents"),
+                "sha256": {shard["file"]: shard.get("sha256") for shard in info["shards"]},
+            }
+            for split, info in manifest["splits"].items()
+        },
+    }
+    if config.dataset.corpus:
+        spec = {k: v for k, v in to_dict(config.dataset).items() if v not in (None, "", False)}
+        used["prepared_by_sweep"] = {k: v for k, v in spec.items() if k != "dir"}
+    return used
+
+
+def _source_name(source: Any) -> Any:
+    """A manifest's source entry, short: a local file's name, sha256 and documents, or the hub/adopted record."""
+    if isinstance(source, dict) and "file" in source and "sha256" in source:
+        return {k: source[k] for k in ("file", "sha256", "documents") if k in source}
+    return source
 
 
 def _union(first: list, second: list) -> list:

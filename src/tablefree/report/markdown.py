@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -50,6 +51,8 @@ def _header(report: dict[str, Any]) -> str:
     lines = [
         f"# Interface comparison: {report['name']}",
         "",
+        _config_and_data(report),
+        "",
         f"Interfaces: {', '.join(report['interfaces'])}; seeds: {', '.join(map(str, report['seeds']))}; "
         + (f"grid points: {', '.join(points)}; " if points else "")
         + f"{done} of {len(runs)} runs finished. Generated {report['created']} by `tablefree report`.",
@@ -71,6 +74,26 @@ def _header(report: dict[str, Any]) -> str:
             f"\nNot finished yet: {', '.join(missing)} (re-run the same `tablefree compare` command)."
         )
     return "\n".join(lines)
+
+
+def _config_and_data(report: dict[str, Any]) -> str:
+    """Which config and which data: the dataset as the runs used it (its manifest), not the config's default."""
+    config = report["config"]
+    source = (
+        f"config `{config['config_file']}`" if config.get("config_file") else f"config `{report['name']}`"
+    )
+    data = config.get("dataset") or {}
+    if "tokenizer_hash" not in data:
+        return f"From {source} on the dataset `{data.get('dir')}` (its manifest was not read)."
+    corpus = data.get("corpus")
+    sources = data.get("sources") or []
+    count = f"{len(sources)} source{'s' if len(sources) != 1 else ''}"
+    names = ", ".join(f"`{Path(path).name}`" for path in corpus or [])  # no local absolute path in a report
+    origin = f"prepared from {names}: {count}" if corpus else count
+    return (
+        f"From {source} on the dataset `{data['dir']}` ({origin}; tokenizer `{str(data['tokenizer_hash'])[:12]}`, "
+        f"vocabulary {data.get('vocab_size')}); the shards' sha256 are under Provenance."
+    )
 
 
 def _verdict(report: dict[str, Any]) -> str:
