@@ -381,10 +381,10 @@ def test_per_document_validation_losses_add_up(dataset: Path, tmp_path: Path) ->
     from tablefree.data.loader import document_bounds
     from tablefree.evaluate.validation import DocumentTally
 
-    tally = DocumentTally(str(dataset), seq_len=64)
-    nats = np.arange(3 * 64, dtype=np.float64).reshape(3, 64)
-    tally.add(0, nats[:2])
-    tally.add(2, nats[2:])
+    tally = DocumentTally(str(dataset))
+    nats = np.arange(3 * 64, dtype=np.float64)
+    tally.add(1, nats[:128])
+    tally.add(129, nats[128:])
     out = tally.as_dict()
     assert sum(out["tokens"]) == 3 * 64 and sum(out["nats"]) == pytest.approx(nats.sum())
     bounds = document_bounds(str(dataset), "val")
@@ -536,3 +536,22 @@ def test_provenance_and_title_come_from_the_dataset_used(dataset: Path, tmp_path
     title = _config_and_data({"name": "compare-mine", "config": recorded})
     assert f"config `{path}`" in title and f"dataset `{dataset}`" in title and "`topics.jsonl`" in title
     assert manifest["tokenizer_hash"][:12] in title
+
+
+def test_a_limited_validation_is_reported_and_the_baseline_scores_the_same_tokens(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """issue 25.3: eval.val_limit cut the split without a word, and the unigram baseline beside it was measured
+    on the whole split."""
+    config = sweep_config(dataset, tmp_path / "sweep", None)
+    config.seeds, config.eval.val_limit = [0], 2
+    run_sweep(config, log=lambda _: None)
+    report = json.loads((tmp_path / "sweep" / "report.json").read_text())
+    scored = json.loads((tmp_path / "sweep" / "runs" / "learned-s0" / "eval.json").read_text())
+    validation = scored["tasks"]["validation"]
+    assert validation["n"] == 2 and validation["coverage"]["left_out_by"] == "limit=2 windows"
+    assert report["baseline"]["val_tokens"] == validation["tokens"] < validation["coverage"]["target_tokens"]
+    assert report["baseline"]["scored_targets"] == validation["coverage"]["scored_targets"]
+    markdown = (tmp_path / "sweep" / "report.md").read_text()
+    assert "**Not the whole validation split.** validation (limit=2 windows): scored" in markdown
+    assert "validation tokens the runs were scored on" in markdown

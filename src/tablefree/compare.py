@@ -63,7 +63,7 @@ class EvalSpec:
     tasks: list[str] = field(default_factory=lambda: ["validation"])  # "validation" and/or benchmark names
     data_dir: str | None = None  # benchmark files; None: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval
     limit: int | None = None  # first N documents per benchmark (None: the full sets)
-    val_limit: int | None = None  # validation windows of max_seq_len tokens (None: the whole val split)
+    val_limit: int | None = None  # first N validation windows of max_seq_len tokens (None: the whole split)
     batch_size: int = 32
     device: str = "auto"  # auto: cuda when available, else cpu
 
@@ -328,7 +328,10 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     limits = (results.get("limit"), results.get("val_limit"))
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
     # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
-    per_document = "validation" not in spec.tasks or "per_document" in results["tasks"].get("validation", {})
+    # and from before coverage was recorded (the last short window was dropped then)
+    per_document = "validation" not in spec.tasks or {"per_document", "coverage"} <= set(
+        results["tasks"].get("validation", {})
+    )
     examples = (run.directory / RUN_FILES["examples"]).exists()
     return "done" if current and per_document and examples else "trained"
 

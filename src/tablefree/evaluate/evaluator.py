@@ -29,6 +29,7 @@ from tablefree.evaluate.tasks import (
     parse_task_names,
     task_files,
 )
+from tablefree.evaluate.validation import format_coverage, validation_metrics
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
 from tablefree.model_files import META_FILE, TOKENIZER_FILE, load_model
 from tablefree.precision import choose_precision
@@ -119,8 +120,6 @@ def run_eval(
     examples: list[dict[str, Any]] = []
     for position, name in enumerate(names):
         if name == VALIDATION:
-            from tablefree.evaluate.validation import validation_metrics
-
             with forward_autocast(model, forward_dtype):
                 entry = validation_metrics(
                     model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
@@ -381,6 +380,8 @@ def format_results(results: dict[str, Any]) -> str:
             lines.append(
                 f"{name:<14} {metric + mark:<15} {_number(value):>10} {err_text:>10} {entry['n']:>7}"
             )
+    lines.append("* the task's headline metric (the one the comparison report tests)")
+    lines += [note for entry in results["tasks"].values() if (note := format_coverage(entry))]
     return "\n".join(lines)
 
 

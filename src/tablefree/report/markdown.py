@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from tablefree.evaluate.validation import format_coverage
 from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, human
 from tablefree.stats import fmt
 
@@ -65,6 +66,9 @@ def _header(report: dict[str, Any]) -> str:
             f"{human(valset['tokens'])} tokens); the trainer's {ESTIMATE_NAME} (a few batches, every `val_every` "
             "steps) is a different, noisier number used only for the curves."
         )
+        left_out = format_coverage({"coverage": valset.get("coverage")})
+        if left_out:
+            lines.append(f"\n**Not the whole validation split.** {left_out}.")
     for row in (r for r in runs if r["state"] == "failed"):
         lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
     lines += [f"\n> {note}" for note in report["config"].get("notes") or []]
@@ -132,8 +136,14 @@ def _baseline(report: dict[str, Any]) -> str:
         "## Baseline",
         "",
         f"A unigram model fit on the training split ({human(base['train_tokens'])} tokens, add-½ smoothing) "
-        f"scores **{base['val_loss']:.4f} nats/token** on the validation split ({human(base['val_tokens'])} "
-        "tokens). A model that has not beaten it has learned no more than token frequencies.",
+        f"scores **{base['val_loss']:.4f} nats/token** on "
+        + (
+            f"the {human(base['val_tokens'])} validation tokens the runs were scored on"
+            if base.get("same_tokens_as_runs")
+            else f"the whole validation split ({human(base['val_tokens'])} tokens; the runs' results do not "
+            "say which tokens they scored: evaluate them again)"
+        )
+        + ". A model that has not beaten it has learned no more than token frequencies.",
     ]
     if base["not_beaten_by"]:
         lines += ["", f"**{UNIGRAM_FLAG}**: {', '.join(base['not_beaten_by'])}."]
