@@ -17,16 +17,26 @@ def in_the_checkout(monkeypatch) -> None:
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # where configs/ is
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> str:
+    """A small prepared dataset: --print-config checks the data it would train on."""
+    from train_helpers import make_dataset
+
+    return str(make_dataset(tmp_path_factory.mktemp("data") / "d", vocab_size=96))
+
+
 def print_config(capsys, *argv: str) -> dict:
     assert main(["train", "--config", REPO_CONFIG, *argv, "--print-config"]) == 0
     out = capsys.readouterr().out
     return yaml.safe_load("\n".join(line for line in out.splitlines() if not line.startswith("#")))
 
 
-def test_overrides_anywhere_on_the_command_line_apply_in_order(capsys) -> None:
+def test_overrides_anywhere_on_the_command_line_apply_in_order(capsys, data_dir) -> None:
     # The issue's command: an override before and after an option.
-    config = print_config(capsys, "data.dir=D", "--run-dir", "R", "optim.lr=1e-3", "seed=4", "seed=5")
-    assert config["data"]["dir"] == "D" and config["optim"]["lr"] == 1e-3 and config["seed"] == 5
+    config = print_config(
+        capsys, f"data.dir={data_dir}", "--run-dir", "R", "optim.lr=1e-3", "seed=4", "seed=5"
+    )
+    assert config["data"]["dir"] == data_dir and config["optim"]["lr"] == 1e-3 and config["seed"] == 5
     args = parse_args(build_parser(), ["train", "a=1", "--run-dir", "R", "b=2", "--resume", "c=3", "a=4"])
     assert args.overrides == ["a=1", "b=2", "c=3", "a=4"] and args.resume
     args = parse_args(build_parser(), ["compare", "--config", "x.yaml", "a=1", "--seeds", "0,1", "b=2"])
@@ -44,14 +54,39 @@ def test_unknown_arguments_are_still_refused(capsys) -> None:
     assert is_override("optim.lr=1e-3") and not is_override("--x=1") and not is_override("path")
 
 
-def test_print_config_validates_before_printing(capsys) -> None:
+def test_print_config_validates_before_printing(capsys, data_dir) -> None:
     assert main(["train", "--config", REPO_CONFIG, "model.interface=canonicl", "--print-config"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "unknown interface 'canonicl'" in captured.err
-    config = print_config(capsys, "model.interface.affine_seed=3", "model.interface=affine")
+    config = print_config(
+        capsys, f"data.dir={data_dir}", "model.interface.affine_seed=3", "model.interface=affine"
+    )
     assert config["model"]["interface"]["name"] == "affine"
     assert config["model"]["interface"]["affine_seed"] == 3
+
+
+def test_print_config_checks_every_file_it_will_read(capsys, data_dir, tmp_path) -> None:
+    """issue 25.5: `--print-config` exited 0 with a plan on a dataset directory that does not exist."""
+    assert main(["train", "--config", REPO_CONFIG, "data.dir=data/mien", "--print-config"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "data/mien/manifest.json not found" in captured.err
+    assert "tablefree data prepare" in captured.err
+    # a shard that does not match its manifest, as training would find it
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(data_dir, damaged)
+    shard = next(damaged.glob("val_*.bin"))
+    shard.write_bytes(shard.read_bytes()[:-8])
+    assert main(["train", "--config", REPO_CONFIG, f"data.dir={damaged}", "--print-config"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and shard.name in captured.err
+    # --resume on a run directory with nothing to resume fails as training would
+    argv = ["train", "--config", REPO_CONFIG, f"data.dir={data_dir}", "--run-dir", str(tmp_path / "none")]
+    assert main([*argv, "--resume", "--print-config"]) == 1
+    assert capsys.readouterr().out == ""
+    assert not (tmp_path / "none").exists()
 
 
 def test_a_command_line_typo_is_not_blamed_on_the_file(capsys) -> None:
