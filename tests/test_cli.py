@@ -103,3 +103,13 @@ def test_version(capsys) -> None:
         main(["--version"])
     assert caught.value.code == 0
     assert capsys.readouterr().out.strip() == f"tablefree {version('tablefree')}"
+
+
+def test_a_list_typed_with_spaces_names_the_option(capsys) -> None:
+    """issue 25: `--seeds 0, 1, 2` blamed an override `1,`."""
+    with pytest.raises(SystemExit) as caught:
+        main(["compare", "--config", "configs/compare-tiny.yaml", "--seeds", "0,", "1,", "2", "--no-report"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seeds 0, 1, 2: a comma-separated list takes no spaces; write --seeds 0,1,2" in err
+    assert "override" not in err

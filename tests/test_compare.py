@@ -324,9 +324,12 @@ def test_the_whole_sweep_is_checked_before_anything_trains(
     data = {"train": RECIPE, "dataset": {"dir": str(dataset)}, "eval": {"limit": 0}}
     with pytest.raises(ValueError, match=r"eval\.limit: expected a positive number"):
         from_dict(CompareConfig, data)
-    data["eval"] = {"tasks": ["validation", "hellaswag"], "data_dir": str(tmp_path / "nowhere")}
-    with pytest.raises(FileNotFoundError, match=r"eval\.data_dir=DIR"):
+    # every missing benchmark file at once (issue 25), with compare's own option, not eval's --eval-data
+    data["eval"] = {"tasks": ["validation", "hellaswag", "piqa"], "data_dir": str(tmp_path / "nowhere")}
+    with pytest.raises(FileNotFoundError, match=r"eval\.data_dir=DIR") as caught:
         run_sweep(from_dict(CompareConfig, {**data, "out": str(tmp_path / "o")}), log=lambda _: None)
+    message = str(caught.value)
+    assert "hellaswag: " in message and "piqa: " in message and "--eval-data" not in message
     assert trained == []
 
 

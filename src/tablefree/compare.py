@@ -547,22 +547,16 @@ def check_prepared_dataset(config: CompareConfig) -> None:
 
 
 def check_eval_data(config: CompareConfig) -> None:
-    """Fail before any training when a requested benchmark's files are missing (the error says how to get them)."""
+    """Fail before any training when a requested benchmark's files are missing: one error listing every missing
+    file, the command that fetches them and compare's own setting for where they are (``eval.data_dir``)."""
     from tablefree.evaluate import get_task
-    from tablefree.evaluate.tasks import task_files
+    from tablefree.evaluate.tasks import check_task_files
 
-    for name in config.eval.tasks:
-        if name == "validation":
-            continue
-        task = get_task(name)
-        try:
-            task_files(task, config.eval.data_dir)
-        except FileNotFoundError as error:
-            raise FileNotFoundError(
-                f"eval.tasks lists {name}, but its files are missing: {error}. For `tablefree compare`: get them "
-                "with `tablefree data download-evals DIR`, then set eval.data_dir=DIR (on the command line, or "
-                "eval.data_dir in the config) or $TABLEFREE_EVAL_DATA; or leave the task out of eval.tasks"
-            ) from None
+    tasks = [get_task(name) for name in config.eval.tasks if name != "validation"]
+    try:
+        check_task_files(tasks, config.eval.data_dir, point_at="eval.data_dir=DIR (command line or config)")
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"eval.tasks: {error}; or leave those tasks out of eval.tasks") from None
 
 
 def write_sweep_config(config: CompareConfig, out: Path) -> None:

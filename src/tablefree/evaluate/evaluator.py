@@ -76,7 +76,9 @@ def run_eval(
     """
     names = parse_task_names(tasks, extra=(VALIDATION,))
     if VALIDATION in names and val_data is None:
-        raise ValueError("the validation task needs a prepared dataset directory (--val-data DIR)")
+        raise ValueError(
+            "the validation task needs a prepared dataset directory (val_data=DIR / --val-data DIR)"
+        )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(
             f"limit must be a positive number of documents, got {limit!r}; leave it out for the full sets"
@@ -313,7 +315,9 @@ def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
     recorded = _read_meta(directory).get("tokenizer_hash")
     own_file = directory / TOKENIZER_FILE
     if tokenizer is None and not own_file.exists():
-        raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass --tokenizer PATH")
+        raise FileNotFoundError(
+            f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass tokenizer=PATH / --tokenizer PATH"
+        )
     source = own_file if tokenizer is None else tokenizer
     tok = load_tokenizer(str(source))
     digest = tokenizer_hash(tok)

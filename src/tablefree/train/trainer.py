@@ -320,7 +320,8 @@ class Trainer:
         changes: list[Change] = []
         if not resume and has_checkpoints(run_dir):
             raise FileExistsError(
-                f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
+                f"{run_dir} already holds a run; pass resume=True / --resume to continue it, or choose another run "
+                "directory"
             )
         if resume:
             changes = check_resumable(run_dir, self.config, allow_change)
