@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that contribute verbs, in the order their verbs appear in ``tablefree --help``.
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tablefree {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tablefree generate ... | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a program the pipe's signal ended
     return int(result or 0)
 
 
