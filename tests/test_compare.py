@@ -558,3 +558,18 @@ def test_a_limited_validation_is_reported_and_the_baseline_scores_the_same_token
     markdown = (tmp_path / "sweep" / "report.md").read_text()
     assert "**Not the whole validation split.** validation (limit=2 windows): scored" in markdown
     assert "validation tokens the runs were scored on" in markdown
+
+
+def test_a_dataset_named_on_the_command_line_drops_the_configs_preparation_settings(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """The shipped config's vocab_size describes its own dataset, not the one the user names."""
+    from tablefree.compare import prepare_data
+
+    path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
+    config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])
+    assert config.dataset.corpus is None and config.dataset.vocab_size is None
+    prepare_data(config, log=lambda line: None)  # the 512-token dataset is used as it is
+    named = load_compare_config(path, overrides=[f"dataset.dir={dataset}", "dataset.vocab_size=4096"])
+    with pytest.raises(ValueError, match=r"has a vocabulary of 512, dataset\.vocab_size says 4096"):
+        prepare_data(named, log=lambda line: None)

@@ -212,3 +212,19 @@ def test_cli_generate_into_a_closed_pipe_ends_quietly(checkpoint):
     err = process.stderr.read().decode()
     assert process.wait() == 141
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_load_model_is_public_and_finds_a_runs_newest_checkpoint(checkpoint, model, tmp_path):
+    """issue 25: loading a trained run into Python was not shown, and `tablefree.load_model` did not exist."""
+    import shutil
+
+    import tablefree
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(checkpoint, run_dir / "checkpoints" / "step_00000004")
+    loaded = tablefree.load_model(run_dir)
+    assert isinstance(loaded, tablefree.TablefreeLM) and not loaded.training
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
+    assert "tablefree.load_model" in tablefree.TablefreeLM.__doc__

@@ -1,5 +1,10 @@
 """tablefree: language models with no trainable input embedding table."""
 
+from pathlib import Path
+
+import torch
+
+from tablefree import model_files
 from tablefree.codes import AffineMap, bits_to_ids, ids_to_bits, num_bits
 from tablefree.interfaces import INTERFACES, InputInterface, build_interface, register_interface
 from tablefree.model import TablefreeLM, build_model
@@ -7,6 +12,15 @@ from tablefree.model_config import InterfaceConfig, ModelConfig, preset
 from tablefree.params import param_breakdown
 
 __version__ = "0.1.0"
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> TablefreeLM:
+    """A trained model for inference, in eval mode: ``path`` is a run directory (its newest complete
+    checkpoint), a directory of ``step_*`` checkpoints or one checkpoint. The tokenizer is the checkpoint's
+    ``tokenizer.json`` (``tablefree.model_files.load_model`` also returns that directory); a Hugging Face export
+    loads with transformers' ``AutoModelForCausalLM`` instead."""
+    return model_files.load_model(path, device)[0]
+
 
 __all__ = [
     "INTERFACES",
@@ -19,6 +33,7 @@ __all__ = [
     "build_interface",
     "build_model",
     "ids_to_bits",
+    "load_model",
     "num_bits",
     "param_breakdown",
     "preset",

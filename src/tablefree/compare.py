@@ -197,9 +197,12 @@ def load_compare_config(
     config.config_file = str(path)
     named = {item.split("=", 1)[0].strip() for item in overrides or []}
     if named & {"dataset.dir", "dataset"} and not named & {"dataset.corpus", "dataset"}:
-        # The config's corpus belongs to the config's directory: a directory named on the command line must
-        # hold a prepared dataset already, or the same command names the corpus to prepare into it.
-        config.dataset.corpus = None
+        # The config's corpus and its preparation settings belong to the config's directory: a directory named
+        # on the command line must hold a prepared dataset already, or the same command names the corpus.
+        defaults = DatasetSpec()
+        for key in to_dict(defaults):
+            if key != "dir" and f"dataset.{key}" not in named:
+                setattr(config.dataset, key, getattr(defaults, key))
     if "train.data.dir" in named and config.dataset.dir and not named & {"dataset.dir", "dataset"}:
         raise ValueError(
             f"command-line override train.data.dir: {path} sets dataset.dir={config.dataset.dir}, which the "
