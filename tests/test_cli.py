@@ -113,3 +113,35 @@ def test_a_list_typed_with_spaces_names_the_option(capsys) -> None:
     err = capsys.readouterr().err
     assert "--seeds 0, 1, 2: a comma-separated list takes no spaces; write --seeds 0,1,2" in err
     assert "override" not in err
+
+
+def test_ctrl_c_in_compare_prints_the_compare_command(capsys, monkeypatch, tmp_path) -> None:
+    """issue 25: after Ctrl-C inside compare the first suggestion was the single run's resume command."""
+    import tablefree.compare
+
+    def interrupted(config, report=True):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tablefree.compare, "run_sweep", interrupted)
+    argv = [
+        "compare",
+        "--config",
+        "configs/compare-tiny.yaml",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(tmp_path / "s"),
+    ]
+    assert main([*argv, "train.budget=100k"]) == 130
+    out = capsys.readouterr().out
+    assert (
+        f"tablefree compare --config configs/compare-tiny.yaml --seeds 0,1 --out {tmp_path / 's'} train.budget=100k"
+        in out
+    )
+
+
+def test_resume_on_a_sweep_directory_says_it_is_a_sweep(capsys, tmp_path) -> None:
+    (tmp_path / "compare.yaml").write_text("name: x\n")
+    assert main(["train", "--resume", "--run-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "is a sweep directory (compare.yaml)" in err and "tablefree compare" in err

@@ -548,7 +548,9 @@ def test_a_limited_validation_is_reported_and_the_baseline_scores_the_same_token
     on the whole split."""
     config = sweep_config(dataset, tmp_path / "sweep", None)
     config.seeds, config.eval.val_limit = [0], 2
-    run_sweep(config, log=lambda _: None)
+    logged: list[str] = []
+    run_sweep(config, log=logged.append)
+    assert any(line.startswith("sweep: 1 run(s) to go, about ") for line in logged)  # the sweep's ETA
     report = json.loads((tmp_path / "sweep" / "report.json").read_text())
     scored = json.loads((tmp_path / "sweep" / "runs" / "learned-s0" / "eval.json").read_text())
     validation = scored["tasks"]["validation"]

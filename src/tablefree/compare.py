@@ -350,6 +350,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, out)
     outcome: dict[str, str] = {}
+    took: list[float] = []  # seconds per run this invocation trained or evaluated, for the sweep's ETA
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
         state = run_state(run, config.eval)
@@ -357,7 +358,12 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
             log(f"{prefix}: finished earlier, skipped")
             outcome[run.name] = "done"
             continue
+        started = time.perf_counter()
         outcome[run.name] = execute_run(config, run, state, prefix, log)
+        took.append(time.perf_counter() - started)
+        left = [p for p in plans[number:] if run_state(p, config.eval) != "done"]
+        if left:
+            log(f"sweep: {len(left)} run(s) to go, about {_duration(len(left) * sum(took) / len(took))} more")
     failed = [name for name, state in outcome.items() if state == "failed"]
     result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
     if config.analysis:  # each finished run against the learned run of its seed (docs/analysis.md)
@@ -641,6 +647,13 @@ def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dic
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``2.5 h``: an estimate's precision."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _now() -> str:

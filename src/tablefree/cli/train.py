@@ -65,6 +65,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tablefree.config_parsing import to_dict
+    from tablefree.rundir import SWEEP_CONFIG
     from tablefree.train.recipe import load_train_config
     from tablefree.train.trainer import CONFIG_FILE, nothing_to_resume, recorded_config, train
 
@@ -73,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.peak_flops is not None:
         overrides.append(f"peak_flops={args.peak_flops}")
     resume = "auto" if args.resume_if_present else args.resume
+    if resume and args.run_dir is not None and (args.run_dir / SWEEP_CONFIG).exists():
+        raise FileNotFoundError(
+            f"--run-dir {args.run_dir} is a sweep directory ({SWEEP_CONFIG}), not a run: resume the sweep by "
+            f"re-running its `tablefree compare` command, or name one of its runs, {args.run_dir}/runs/NAME"
+        )
     if config_path is None and resume and args.run_dir is not None:
         # continue a run with the recipe it recorded (config.yaml plus the changes allowed since)
         recipe = recorded_config(args.run_dir)
