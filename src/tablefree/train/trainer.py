@@ -950,10 +950,12 @@ class RunDirLock:
 
     def __init__(self, run_dir: Path, info: DistInfo) -> None:
         self.run_dir, self.info, self.handle = run_dir, info, None
+        self.created = False
 
     def __enter__(self) -> RunDirLock:
         error = None
         if self.info.is_main:
+            self.created = not self.run_dir.exists()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             path = self.run_dir / self.FILE
             self.handle = open(path, "a+", encoding="utf-8")
@@ -979,6 +981,12 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.handle is not None:
+            if [p.name for p in self.run_dir.iterdir()] == [self.FILE]:
+                (
+                    self.run_dir / self.FILE
+                ).unlink()  # a run that failed before writing anything leaves nothing
+                if self.created:
+                    self.run_dir.rmdir()
             fcntl.flock(self.handle, fcntl.LOCK_UN)
             self.handle.close()
             self.handle = None
