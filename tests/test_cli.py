@@ -145,3 +145,37 @@ def test_resume_on_a_sweep_directory_says_it_is_a_sweep(capsys, tmp_path) -> Non
     assert main(["train", "--resume", "--run-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "is a sweep directory (compare.yaml)" in err and "tablefree compare" in err
+
+
+def test_data_prepare_counts_add_up_and_a_rerun_writes_nothing(capsys, tmp_path) -> None:
+    """issue 25: `data prepare` printed documents read, train and validation counts that did not add up, and
+    `wrote manifest.json` on a re-run that wrote nothing."""
+    import json
+    import re
+    from pydoc_data.topics import topics
+
+    corpus = tmp_path / "topics.jsonl"
+    corpus.write_text(
+        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
+    )
+    argv = ["data", "prepare", str(corpus), "--out", str(tmp_path / "d"), "--vocab-size", "300"]
+    argv += ["--val-section-chars", "2000", "--workers", "1", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    read = manifest["corpus"]["documents"]
+    whole = sum(1 for item in manifest["validation"]["items"] if item["whole"])
+    sections = len(manifest["validation"]["items"]) - whole
+    assert sections > 0  # the corpus has documents long enough to lend a section
+    train_line = next(line for line in out.splitlines() if line.startswith("train: "))
+    found = re.search(
+        r"the ([\d,]+) of ([\d,]+) documents read not held out whole; .* add (\d+) for", train_line
+    )
+    not_held, total_read, pieces = (int(number.replace(",", "")) for number in found.groups())
+    assert total_read == read and not_held == read - whole
+    assert not_held + pieces == manifest["splits"]["train"]["documents"]
+    assert f"{whole} documents held out whole and {sections} sections" in out
+    assert "wrote " in out
+    assert main(argv) == 0
+    again = capsys.readouterr().out
+    assert "already held this dataset, nothing written" in again and "wrote " not in again
