@@ -324,9 +324,12 @@ def test_the_whole_sweep_is_checked_before_anything_trains(
     data = {"train": RECIPE, "dataset": {"dir": str(dataset)}, "eval": {"limit": 0}}
     with pytest.raises(ValueError, match=r"eval\.limit: expected a positive number"):
         from_dict(CompareConfig, data)
-    data["eval"] = {"tasks": ["validation", "hellaswag"], "data_dir": str(tmp_path / "nowhere")}
-    with pytest.raises(FileNotFoundError, match=r"eval\.data_dir=DIR"):
+    # every missing benchmark file at once (issue 25), with compare's own option, not eval's --eval-data
+    data["eval"] = {"tasks": ["validation", "hellaswag", "piqa"], "data_dir": str(tmp_path / "nowhere")}
+    with pytest.raises(FileNotFoundError, match=r"eval\.data_dir=DIR") as caught:
         run_sweep(from_dict(CompareConfig, {**data, "out": str(tmp_path / "o")}), log=lambda _: None)
+    message = str(caught.value)
+    assert "hellaswag: " in message and "piqa: " in message and "--eval-data" not in message
     assert trained == []
 
 
@@ -381,10 +384,10 @@ def test_per_document_validation_losses_add_up(dataset: Path, tmp_path: Path) ->
     from tablefree.data.loader import document_bounds
     from tablefree.evaluate.validation import DocumentTally
 
-    tally = DocumentTally(str(dataset), seq_len=64)
-    nats = np.arange(3 * 64, dtype=np.float64).reshape(3, 64)
-    tally.add(0, nats[:2])
-    tally.add(2, nats[2:])
+    tally = DocumentTally(str(dataset))
+    nats = np.arange(3 * 64, dtype=np.float64)
+    tally.add(1, nats[:128])
+    tally.add(129, nats[128:])
     out = tally.as_dict()
     assert sum(out["tokens"]) == 3 * 64 and sum(out["nats"]) == pytest.approx(nats.sum())
     bounds = document_bounds(str(dataset), "val")
@@ -467,3 +470,110 @@ def test_human_token_counts() -> None:
     ]
     # the trainer's console lines: fixed decimals
     assert [human(v, 2) for v in (4096, 40_960, 1.5e12, 512)] == ["4.10k", "40.96k", "1.50T", "512"]
+
+
+def _compare_yaml(tmp_path: Path, dataset_dir: str, corpus: str) -> Path:
+    """A compare config as shipped: its own dataset directory and the corpus to prepare into it."""
+    import yaml
+
+    path = tmp_path / "compare-mine.yaml"
+    data = {
+        "train": RECIPE,
+        "dataset": {"dir": dataset_dir, "corpus": corpus, "vocab_size": 512},
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0],
+        "eval": {"tasks": ["validation"]},
+        "out": str(tmp_path / "sweep"),
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_a_dataset_dir_named_on_the_command_line_must_exist(dataset: Path, tmp_path: Path) -> None:
+    """issue 25.1: a typo in dataset.dir made the config's own corpus fill the misspelt directory."""
+    from tablefree.compare import prepare_data
+
+    corpus = dataset.parent / "topics.jsonl"
+    path = _compare_yaml(tmp_path, str(tmp_path / "shipped"), str(corpus))
+    typo = tmp_path / "westrn2"
+    config = load_compare_config(path, overrides=[f"dataset.dir={typo}"])
+    with pytest.raises(FileNotFoundError, match=r"no manifest\.json.*tablefree data prepare CORPUS --out"):
+        prepare_data(config, log=lambda line: None)
+    assert not typo.exists()
+    # naming the corpus in the same command prepares it there
+    named = load_compare_config(path, overrides=[f"dataset.dir={typo}", f"dataset.corpus={corpus}"])
+    assert named.dataset.corpus == str(corpus)
+
+
+def test_a_prepared_dataset_must_be_the_configs_corpus(dataset: Path, tmp_path: Path) -> None:
+    """A corpus named over a directory that holds another prepared corpus is refused, not silently ignored."""
+    from tablefree.compare import prepare_data
+
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"text": "some other text"}\n')
+    config = load_compare_config(_compare_yaml(tmp_path, str(dataset), str(other)))
+    with pytest.raises(ValueError, match=r"was prepared from .*topics\.jsonl, not dataset\.corpus"):
+        prepare_data(config, log=lambda line: None)
+
+
+def test_provenance_and_title_come_from_the_dataset_used(dataset: Path, tmp_path: Path) -> None:
+    """issue 25.2: a sweep on the user's own data recorded the shipped config's corpus and was titled after it."""
+    from tablefree.compare import prepare_data, write_sweep_config
+    from tablefree.config_parsing import load_yaml
+    from tablefree.data.loader import read_manifest
+    from tablefree.report.markdown import _config_and_data
+
+    path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
+    config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])
+    prepare_data(config, log=lambda line: None)
+    config.out_dir.mkdir(parents=True)
+    write_sweep_config(config, config.out_dir)
+    recorded = load_yaml(config.out_dir / "compare.yaml")
+    assert "gutenberg" not in json.dumps(recorded)
+    manifest = read_manifest(dataset)
+    used = recorded["dataset"]
+    assert used["dir"] == str(dataset) and used["tokenizer_hash"] == manifest["tokenizer_hash"]
+    assert [Path(p).resolve() for p in used["corpus"]] == [(dataset.parent / "topics.jsonl").resolve()]
+    assert used["sources"][0]["sha256"] == manifest["sources"][0]["sha256"]
+    assert used["splits"]["val"]["sha256"] == {
+        s["file"]: s["sha256"] for s in manifest["splits"]["val"]["shards"]
+    }
+    title = _config_and_data({"name": "compare-mine", "config": recorded})
+    assert f"config `{path}`" in title and f"dataset `{dataset}`" in title and "`topics.jsonl`" in title
+    assert manifest["tokenizer_hash"][:12] in title
+
+
+def test_a_limited_validation_is_reported_and_the_baseline_scores_the_same_tokens(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """issue 25.3: eval.val_limit cut the split without a word, and the unigram baseline beside it was measured
+    on the whole split."""
+    config = sweep_config(dataset, tmp_path / "sweep", None)
+    config.seeds, config.eval.val_limit = [0], 2
+    logged: list[str] = []
+    run_sweep(config, log=logged.append)
+    assert any(line.startswith("sweep: 1 run(s) to go, about ") for line in logged)  # the sweep's ETA
+    report = json.loads((tmp_path / "sweep" / "report.json").read_text())
+    scored = json.loads((tmp_path / "sweep" / "runs" / "learned-s0" / "eval.json").read_text())
+    validation = scored["tasks"]["validation"]
+    assert validation["n"] == 2 and validation["coverage"]["left_out_by"] == "limit=2 windows"
+    assert report["baseline"]["val_tokens"] == validation["tokens"] < validation["coverage"]["target_tokens"]
+    assert report["baseline"]["scored_targets"] == validation["coverage"]["scored_targets"]
+    markdown = (tmp_path / "sweep" / "report.md").read_text()
+    assert "**Not the whole validation split.** validation (limit=2 windows): scored" in markdown
+    assert "validation tokens the runs were scored on" in markdown
+
+
+def test_a_dataset_named_on_the_command_line_drops_the_configs_preparation_settings(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """The shipped config's vocab_size describes its own dataset, not the one the user names."""
+    from tablefree.compare import prepare_data
+
+    path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
+    config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])
+    assert config.dataset.corpus is None and config.dataset.vocab_size is None
+    prepare_data(config, log=lambda line: None)  # the 512-token dataset is used as it is
+    named = load_compare_config(path, overrides=[f"dataset.dir={dataset}", "dataset.vocab_size=4096"])
+    with pytest.raises(ValueError, match=r"has a vocabulary of 512, dataset\.vocab_size says 4096"):
+        prepare_data(named, log=lambda line: None)

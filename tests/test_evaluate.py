@@ -43,7 +43,7 @@ from tablefree.evaluate.metrics import (
     perplexity_rows,
 )
 from tablefree.evaluate.tasks import build_requests, lambada_split
-from tablefree.evaluate.validation import token_byte_lengths
+from tablefree.evaluate.validation import token_byte_lengths, validation_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LEN = 128
@@ -578,22 +578,79 @@ def test_run_eval_writes_results_and_examples(shared_data, checkpoint, model, to
     assert perplexity == pytest.approx(math.exp(-np.mean([r["loglikelihoods"][0] for r in lambada])))
     assert results["tasks"]["lambada"]["stderr"]["perplexity"] > 0
     assert set(results["tasks"]["winogrande"]["metrics"]) == {"acc"}
-    # validation: hand computation over the same windows
+    # validation: hand computation over the same windows (the last one shorter)
     validation = results["tasks"]["validation"]
-    windows = min(6, (len(tokens) - 1) // MAX_LEN)
+    windows = min(6, math.ceil((len(tokens) - 1) / MAX_LEN))
     assert validation["n"] == windows
     data = torch.tensor(tokens[: windows * MAX_LEN + 1])
-    nats, nbytes = 0.0, 0
+    nats, nbytes, scored = 0.0, 0, 0
     for w in range(windows):
         chunk = data[w * MAX_LEN : (w + 1) * MAX_LEN + 1]
         with torch.no_grad():
-            nats += float(model.loss(chunk[None, :-1], chunk[None, 1:])) * MAX_LEN
+            nats += float(model.loss(chunk[None, :-1], chunk[None, 1:])) * (len(chunk) - 1)
         nbytes += len(tokenizer.decode(chunk[1:].tolist()).encode("utf-8"))  # decode skips <|endoftext|>
-    assert validation["metrics"]["val_loss"] == pytest.approx(nats / (windows * MAX_LEN), rel=1e-5)
-    assert validation["metrics"]["val_ppl"] == pytest.approx(math.exp(nats / (windows * MAX_LEN)), rel=1e-5)
+        scored += len(chunk) - 1
+    assert validation["tokens"] == scored
+    assert validation["metrics"]["val_loss"] == pytest.approx(nats / scored, rel=1e-5)
+    assert validation["metrics"]["val_ppl"] == pytest.approx(math.exp(nats / scored), rel=1e-5)
     assert validation["metrics"]["bits_per_byte"] == pytest.approx(nats / (math.log(2) * nbytes), rel=1e-5)
     table = format_results(results)
     assert "acc_norm*" in table and "bits_per_byte*" in table
+
+
+def _two_shard_dataset(root: Path, tokenizer: Tokenizer, texts: list[str], split_at: int) -> list[int]:
+    """A val split of ``texts`` as documents (EOT before each), cut into two shards at token ``split_at``."""
+    eot = tokenizer.token_to_id(EOT)
+    stream, starts = [], []
+    for text in texts:
+        starts.append(len(stream))
+        stream += [eot, *tokenizer.encode(text).ids]
+    root.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for index, part in enumerate((stream[:split_at], stream[split_at:])):
+        name = f"val_{index:06d}.bin"
+        write_shard(root / name, np.array(part), tokenizer.get_vocab_size())
+        sha = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        shards.append({"file": name, "tokens": len(part), "sha256": sha})
+    manifest = {
+        "version": 1,
+        "tokenizer_hash": tokenizer_hash(tokenizer),
+        "vocab_size": tokenizer.get_vocab_size(),
+        "eot_id": eot,
+        "splits": {"val": {"shards": shards, "tokens": len(stream), "document_starts": starts}},
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return stream
+
+
+def test_validation_scores_every_token_and_says_what_a_limit_left_out(model, tokenizer, tmp_path):
+    """issue 25.3: windows that did not fill up were dropped silently (the last short documents went unscored,
+    and so did each shard's first token), and a limit cut the split without saying which documents it left."""
+    texts = ["A long first document about windows and tokens. " * 12, "A short one.", "The last, short."]
+    stream = _two_shard_dataset(tmp_path / "data", tokenizer, texts, split_at=MAX_LEN + 7)
+    assert (len(stream) - 1) % MAX_LEN  # the last window is a short one
+    whole = validation_metrics(
+        model, tokenizer, str(tmp_path / "data"), tokenizer_hash(tokenizer), batch_size=2
+    )
+    assert whole["tokens"] == len(stream) - 1 and whole["coverage"]["left_out_by"] is None
+    assert whole["per_document"]["documents"] == 3 and whole["coverage"]["documents_whole"] == 3
+    data = torch.tensor(stream)
+    chunks = [data[start : start + MAX_LEN + 1] for start in range(0, len(stream) - 1, MAX_LEN)]
+    with torch.no_grad():
+        nats = sum(float(model.loss(c[None, :-1], c[None, 1:])) * (len(c) - 1) for c in chunks)
+    assert whole["metrics"]["val_loss"] == pytest.approx(nats / (len(stream) - 1), rel=1e-5)
+    assert sum(whole["per_document"]["nats"]) == pytest.approx(nats, rel=1e-5)
+    limited = validation_metrics(
+        model, tokenizer, str(tmp_path / "data"), tokenizer_hash(tokenizer), batch_size=2, limit=1
+    )
+    cover = limited["coverage"]
+    assert cover["scored_tokens"] == MAX_LEN and cover["scored_targets"] == [1, 1 + MAX_LEN]
+    assert cover["left_out_by"] == "limit=1 windows" and cover["documents_whole"] == 0
+    assert [d["index"] for d in cover["partly_scored"]] == [0]
+    assert [d["index"] for d in cover["not_scored"]] == [1, 2]
+    table = format_results({"tasks": {"validation": limited}})
+    assert f"scored {MAX_LEN:,} of {len(stream) - 1:,} tokens" in table and "document 2" in table
+    assert "* the task's headline metric" in table
 
 
 def test_token_byte_lengths_count_utf8_bytes(tokenizer):

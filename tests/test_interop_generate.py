@@ -180,3 +180,51 @@ def test_cli_help_shows_every_default(capsys):
     ]:
         after = text[text.index(f"{option} {option.lstrip('-').replace('-', '_').upper()}") :]
         assert f"(default: {default})" in after[: after.index("--", len(option) + 1)], option
+
+
+def test_cli_generate_on_an_exported_folder_suggests_import_hf(checkpoint, tmp_path, capsys):
+    """issue 25: `generate` on an export said "no complete checkpoint" and no more."""
+    from tablefree.export import export_hf
+
+    export_hf(checkpoint, tmp_path / "hf")
+    assert main(["generate", str(tmp_path / "hf"), "--prompt", "Export"]) == 1
+    err = capsys.readouterr().err
+    assert f"tablefree import-hf {tmp_path / 'hf'} --out DIR" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cli_generate_into_a_closed_pipe_ends_quietly(checkpoint):
+    """issue 25: `tablefree generate ... | head -1` ended in two BrokenPipeError tracebacks."""
+    import subprocess
+    import sys
+
+    from train_helpers import cli_env
+
+    command = [sys.executable, "-m", "tablefree.cli", "generate", str(checkpoint), "--prompt", "Export"]
+    process = subprocess.Popen(
+        [*command, "--max-new-tokens", "400", "--temperature", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    assert process.stdout.read(1) == b"E"
+    process.stdout.close()  # what `head -c 1` does
+    err = process.stderr.read().decode()
+    assert process.wait() == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_load_model_is_public_and_finds_a_runs_newest_checkpoint(checkpoint, model, tmp_path):
+    """issue 25: loading a trained run into Python was not shown, and `tablefree.load_model` did not exist."""
+    import shutil
+
+    import tablefree
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(checkpoint, run_dir / "checkpoints" / "step_00000004")
+    loaded = tablefree.load_model(run_dir)
+    assert isinstance(loaded, tablefree.TablefreeLM) and not loaded.training
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model(ids))
+    assert "tablefree.load_model" in tablefree.TablefreeLM.__doc__

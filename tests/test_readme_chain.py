@@ -22,7 +22,7 @@ FIRST_HOUR = "## Your first hour"
 # (Overrides and repeated options may come last: the later value wins.)
 TINY = {
     ("tokenizer", "train"): ["--vocab-size", "512"],
-    ("data", "prepare"): ["--no-progress", "--workers", "1"],
+    ("data", "prepare"): ["--no-progress", "--workers", "1", "--vocab-size", "512"],
     ("train",): [
         "budget=4096",
         "batch_tokens=1024",
@@ -86,7 +86,7 @@ def test_every_readme_command_parses() -> None:
 def test_first_hour_block_makes_everything_it_promises() -> None:
     verbs = [tuple(argv[1:3]) for argv in commands(first_hour_block())]
     assert [argv[0] for argv in commands(first_hour_block())] == ["tablefree"] * len(verbs)
-    for verb in ["data", "tokenizer", "train", "eval", "export", "generate"]:
+    for verb in ["data", "train", "eval", "export", "generate"]:
         assert any(v[0] == verb for v in verbs), f"the first-hour block has no `tablefree {verb}`"
 
 

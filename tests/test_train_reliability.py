@@ -196,6 +196,18 @@ def test_a_run_directory_is_locked_while_training_and_freed_when_its_holder_dies
     assert summary["completed"] and summary["step"] == 3
 
 
+def test_a_run_that_fails_before_writing_anything_leaves_no_directory(data_dir, tmp_path) -> None:
+    """issue 25: a failed `train` left a directory holding only its `.lock` file."""
+    run_dir = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match=r"manifest\.json not found"):
+        train(micro_config(tmp_path / "no-such-data"), run_dir)
+    assert not run_dir.exists()
+    run_dir.mkdir()  # a directory the user made is left in place
+    with pytest.raises(FileNotFoundError):
+        train(micro_config(tmp_path / "no-such-data"), run_dir)
+    assert run_dir.is_dir() and list(run_dir.iterdir()) == []
+
+
 def test_a_damaged_dataset_is_refused_before_training(data_dir, tmp_path) -> None:
     import shutil
 

@@ -71,7 +71,7 @@ class EvalSpec:
     tasks: list[str] = field(default_factory=lambda: ["validation"])  # "validation" and/or benchmark names
     data_dir: str | None = None  # benchmark files; None: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval
     limit: int | None = None  # first N documents per benchmark (None: the full sets)
-    val_limit: int | None = None  # validation windows of max_seq_len tokens (None: the whole val split)
+    val_limit: int | None = None  # first N validation windows of max_seq_len tokens (None: the whole split)
     batch_size: int = 32
     device: str = "auto"  # auto: cuda when available, else cpu
 
@@ -221,6 +221,9 @@ class CompareConfig:
     out: str = ""  # empty: runs/{name}
     bootstrap: int = 10_000  # paired-bootstrap replicates in the report
     notes: list[str] = field(default_factory=list)  # shown at the top of the report (markdown)
+    config_file: str = (
+        ""  # the YAML the config was read from (load_compare_config sets it; the report's title)
+    )
     analysis: bool = False  # run `tablefree analyze` on every finished run; its section joins the report
 
     def __post_init__(self) -> None:
@@ -269,6 +272,20 @@ def load_compare_config(
     options = {"interfaces": interfaces, "seeds": seeds, "out": None if out is None else str(out)}
     options = {key: value for key, value in options.items() if value is not None}
     config = from_dict_with_overrides(CompareConfig, data, overrides or [], str(path), options)
+    config.config_file = str(path)
+    named = {item.split("=", 1)[0].strip() for item in overrides or []}
+    if named & {"dataset.dir", "dataset"} and not named & {"dataset.corpus", "dataset"}:
+        # The config's corpus and its preparation settings belong to the config's directory: a directory named
+        # on the command line must hold a prepared dataset already, or the same command names the corpus.
+        defaults = DatasetSpec()
+        for key in to_dict(defaults):
+            if key != "dir" and f"dataset.{key}" not in named:
+                setattr(config.dataset, key, getattr(defaults, key))
+    if "train.data.dir" in named and config.dataset.dir and not named & {"dataset.dir", "dataset"}:
+        raise ValueError(
+            f"command-line override train.data.dir: {path} sets dataset.dir={config.dataset.dir}, which the "
+            "runs train on; name your dataset with dataset.dir=DIR instead"
+        )
     if config.train_config:
         config.train_config = str(
             _find_relative(config.train_config, Path(path).parent, f"{path}: train_config")
@@ -460,7 +477,10 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
     # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
     tasks = results.get("tasks", {})  # none yet: trained, not evaluated
-    per_document = "validation" not in spec.tasks or "per_document" in tasks.get("validation", {})
+    # and from before coverage was recorded (the last short window was dropped then)
+    per_document = "validation" not in spec.tasks or {"per_document", "coverage"} <= set(
+        tasks.get("validation", {})
+    )
     examples = (run.directory / RUN_FILES["examples"]).exists()
     selection = (
         not (run.recipe.get("data") or {}).get("select_every")
@@ -482,6 +502,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     if config.launch.backend == "slurm":
         return submit_sweep(config, plans, log)
     outcome: dict[str, str] = {}
+    took: list[float] = []  # seconds per run this invocation trained or evaluated, for the sweep's ETA
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
         state = run_state(run, config.eval)
@@ -489,7 +510,12 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
             log(f"{prefix}: finished earlier, skipped")
             outcome[run.name] = "done"
             continue
+        started = time.perf_counter()
         outcome[run.name] = execute_run(config, run, state, prefix, log)
+        took.append(time.perf_counter() - started)
+        left = [p for p in plans[number:] if run_state(p, config.eval) != "done"]
+        if left:
+            log(f"sweep: {len(left)} run(s) to go, about {_duration(len(left) * sum(took) / len(took))} more")
     failed = [name for name, state in outcome.items() if state == "failed"]
     result: dict[str, Any] = {"out": str(out), "runs": outcome, "failed": failed, "report": None}
     if config.analysis:  # each finished run against the learned run of its seed (docs/analysis.md)
@@ -804,13 +830,20 @@ def score_selection(run: RunPlan, select_every: int, spec: EvalSpec) -> dict[str
 
 
 def prepare_data(config: CompareConfig, log=print) -> None:
-    """Prepare ``dataset.corpus`` into ``dataset.dir`` unless that holds a complete dataset already."""
+    """Prepare ``dataset.corpus`` into ``dataset.dir`` unless that holds a complete dataset already, in which case
+    the dataset must be the one the config names (its corpus and vocabulary): a sweep never trains on a corpus
+    other than the one it records."""
     spec = config.dataset
-    if not spec.dir or (Path(spec.dir) / "manifest.json").exists():
+    if not spec.dir:
+        return
+    if (Path(spec.dir) / "manifest.json").exists():
+        check_prepared_dataset(config)
         return
     if not spec.corpus:
         raise FileNotFoundError(
-            f"dataset.dir {spec.dir} holds no prepared dataset (manifest.json) and dataset.corpus is not set"
+            f"dataset.dir {spec.dir} holds no prepared dataset (no manifest.json): prepare one with "
+            f"`tablefree data prepare CORPUS --out {spec.dir}`, or name the corpus in the same command "
+            f"(dataset.corpus=CORPUS) to have compare prepare it"
         )
     from tablefree.data.prepare import prepare_dataset
 
@@ -832,23 +865,37 @@ def prepare_data(config: CompareConfig, log=print) -> None:
     )
 
 
-def check_eval_data(config: CompareConfig) -> None:
-    """Fail before any training when a requested benchmark's files are missing (the error says how to get them)."""
-    from tablefree.evaluate import get_task
-    from tablefree.evaluate.tasks import task_files
+def check_prepared_dataset(config: CompareConfig) -> None:
+    """A prepared ``dataset.dir`` must come from ``dataset.corpus`` and have ``dataset.vocab_size`` when those are
+    set (a local corpus: the manifest records its resolved paths)."""
+    from tablefree.data.loader import read_manifest
 
-    for name in config.eval.tasks:
-        if name == "validation":
-            continue
-        task = get_task(name)
-        try:
-            task_files(task, config.eval.data_dir)
-        except FileNotFoundError as error:
-            raise FileNotFoundError(
-                f"eval.tasks lists {name}, but its files are missing: {error}. For `tablefree compare`: get them "
-                "with `tablefree data download-evals DIR`, then set eval.data_dir=DIR (on the command line, or "
-                "eval.data_dir in the config) or $TABLEFREE_EVAL_DATA; or leave the task out of eval.tasks"
-            ) from None
+    spec = config.dataset
+    manifest = read_manifest(spec.dir)
+    paths = (manifest.get("corpus") or {}).get("paths")
+    if spec.corpus and paths is not None and str(Path(spec.corpus).resolve()) not in paths:
+        raise ValueError(
+            f"dataset.dir {spec.dir} was prepared from {', '.join(paths)}, not dataset.corpus {spec.corpus}; "
+            f"point dataset.dir at a new directory to prepare {spec.corpus} there, or drop dataset.corpus"
+        )
+    if spec.vocab_size is not None and manifest.get("vocab_size") not in (None, spec.vocab_size):
+        raise ValueError(
+            f"dataset.dir {spec.dir} has a vocabulary of {manifest['vocab_size']}, dataset.vocab_size says "
+            f"{spec.vocab_size}; point dataset.dir at a new directory or set dataset.vocab_size={manifest['vocab_size']}"
+        )
+
+
+def check_eval_data(config: CompareConfig) -> None:
+    """Fail before any training when a requested benchmark's files are missing: one error listing every missing
+    file, the command that fetches them and compare's own setting for where they are (``eval.data_dir``)."""
+    from tablefree.evaluate import get_task
+    from tablefree.evaluate.tasks import check_task_files
+
+    tasks = [get_task(name) for name in config.eval.tasks if name != "validation"]
+    try:
+        check_task_files(tasks, config.eval.data_dir, point_at="eval.data_dir=DIR (command line or config)")
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"eval.tasks: {error}; or leave those tasks out of eval.tasks") from None
 
 
 def write_sweep_config(config: CompareConfig, out: Path) -> None:
@@ -872,23 +919,43 @@ def write_sweep_config(config: CompareConfig, out: Path) -> None:
 
 
 def dataset_as_used(config: CompareConfig) -> dict[str, Any]:
-    """The dataset as the runs use it: the spec's settings that were set, and what the prepared dataset's
-    manifest says (vocabulary, tokens and documents per split), never an unused default."""
-    spec = {k: v for k, v in to_dict(config.dataset).items() if v not in (None, "", False)}
+    """The dataset as the runs use it, from its manifest: directory, sources, tokenizer hash, vocabulary, and
+    per split its tokens, documents and shard sha256s; the preparation settings only when the sweep prepared
+    it (``prepared_by_sweep``), never an unused default."""
+    from tablefree.data.loader import read_manifest
+
     directory = config.dataset.dir or base_recipe(config)["data"]["dir"]
-    manifest_path = Path(directory) / "manifest.json"
-    if manifest_path.exists():
-        manifest = read_json(manifest_path)
-        spec["dir"] = directory
-        spec["prepared"] = {
-            "vocab_size": manifest.get("vocab_size"),
-            "tokenizer_hash": manifest.get("tokenizer_hash"),
-            **{
-                split: {"tokens": info.get("tokens"), "documents": info.get("documents")}
-                for split, info in (manifest.get("splits") or {}).items()
-            },
-        }
-    return spec
+    if not (Path(directory) / "manifest.json").exists():
+        return {"dir": directory}  # not prepared yet: nothing is known about it
+    manifest = read_manifest(directory)
+    used: dict[str, Any] = {
+        "dir": directory,
+        "sources": [_source_name(source) for source in manifest.get("sources") or []],
+        "corpus": [os.path.relpath(path) for path in (manifest.get("corpus") or {}).get("paths") or []]
+        or None,
+        "tokenizer_hash": manifest.get("tokenizer_hash"),
+        "vocab_size": manifest.get("vocab_size"),
+        "created": manifest.get("created"),
+        "splits": {
+            split: {
+                "tokens": info.get("tokens"),
+                "documents": info.get("documents"),
+                "sha256": {shard["file"]: shard.get("sha256") for shard in info["shards"]},
+            }
+            for split, info in manifest["splits"].items()
+        },
+    }
+    if config.dataset.corpus:
+        spec = {k: v for k, v in to_dict(config.dataset).items() if v not in (None, "", False)}
+        used["prepared_by_sweep"] = {k: v for k, v in spec.items() if k != "dir"}
+    return used
+
+
+def _source_name(source: Any) -> Any:
+    """A manifest's source entry, short: a local file's name, sha256 and documents, or the hub/adopted record."""
+    if isinstance(source, dict) and "file" in source and "sha256" in source:
+        return {k: source[k] for k in ("file", "sha256", "documents") if k in source}
+    return source
 
 
 def _union(first: list, second: list) -> list:
@@ -916,6 +983,13 @@ def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dic
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``2.5 h``: an estimate's precision."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _now() -> str:

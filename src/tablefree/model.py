@@ -195,6 +195,11 @@ class Block(nn.Module):
 
 
 class TablefreeLM(nn.Module):
+    """The decoder-only LM: ``config.interface`` turns token ids into d_model vectors (a trainable table only for
+    ``learned``), then pre-norm blocks with RoPE attention and a linear head; ``forward(ids)`` returns logits
+    (batch, T, vocab_size), ``loss(inputs, targets)`` the mean next-token cross-entropy. Build one with
+    ``tablefree.build_model(config, seed)``; load a trained one with ``tablefree.load_model(run_dir)``."""
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config

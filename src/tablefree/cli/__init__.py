@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that contribute verbs, in the order their verbs appear in ``tablefree --help``.
@@ -62,6 +63,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     option (``train --config C a=1 --run-dir R b=2``) come back unrecognized; they join the verb's overrides
     in the order they were typed.
     """
+    _refuse_spaced_lists(parser, sys.argv[1:] if argv is None else argv)
     args, extras = parser.parse_known_args(argv)
     if extras:
         if isinstance(getattr(args, "overrides", None), list) and all(map(is_override, extras)):
@@ -70,6 +72,28 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
             verb_parser = _verb_parser(parser, getattr(args, "verb", None)) or parser
             verb_parser.error(f"unrecognized arguments: {' '.join(extras)}")
     return args
+
+
+def _refuse_spaced_lists(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """``--seeds 0, 1, 2``: a list option's value split by spaces would leave ``1,`` and ``2`` to be read as
+    overrides or paths; name the option and the spaces instead."""
+    for i, token in enumerate(argv[:-1]):
+        if not (token.startswith("--") and "=" not in token):
+            continue
+        parts = [argv[i + 1]]
+        while (
+            parts[-1].endswith(",")
+            and i + 1 + len(parts) < len(argv)
+            and not argv[i + 1 + len(parts)].startswith("-")
+        ):
+            parts.append(argv[i + 1 + len(parts)])
+        if len(parts) > 1 or (i + 2 < len(argv) and argv[i + 2].startswith(",")):
+            verb = next((t for t in argv if not t.startswith("-")), None)
+            typed = " ".join(parts if len(parts) > 1 else argv[i + 1 : i + 3])
+            joined = typed.replace(" ", "")
+            (_verb_parser(parser, verb) or parser).error(
+                f"{token} {typed}: a comma-separated list takes no spaces; write {token} {joined}"
+            )
 
 
 def _verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.ArgumentParser | None:
@@ -94,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tablefree {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tablefree generate ... | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a program the pipe's signal ended
     return int(result or 0)
 
 

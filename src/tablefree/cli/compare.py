@@ -16,7 +16,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "seed with intervals that include the evaluation set's sampling, Holm-corrected across pairs. The whole "
         "sweep is checked before anything trains. Re-running the same command resumes: finished runs are "
         "skipped, an interrupted run continues from its checkpoint. Python API: tablefree.compare.run_sweep("
-        "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out, overrides)). See docs/experiments.md.",
+        "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out, overrides)). On your own data: "
+        "`dataset.dir=DIR` names a prepared dataset (`tablefree data prepare CORPUS --out DIR`); add "
+        "`dataset.corpus=CORPUS` to have compare prepare it into a new DIR. See docs/experiments.md.",
     )
     compare.add_argument(
         "--config", type=Path, required=True, help="a compare YAML, e.g. configs/compare-tiny.yaml"
@@ -25,7 +27,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        help="dotted overrides, e.g. eval.limit=null train.budget=1M eval.data_dir=DIR",
+        help="dotted overrides, e.g. dataset.dir=data/mine eval.limit=null train.budget=1M eval.data_dir=DIR",
     )
     compare.add_argument(
         "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
@@ -99,8 +101,8 @@ def run_compare(args: argparse.Namespace) -> int:
         result = run_sweep(config, report=not args.no_report)
     except KeyboardInterrupt:
         print(
-            f"\ninterrupted: finished runs are kept in {config.out_dir}, and the interrupted run continues from "
-            "its last checkpoint when you re-run the same command"
+            f"\ninterrupted: finished runs are kept in {config.out_dir}; resume the sweep (the interrupted run "
+            f"continues from its last checkpoint) with\n  {compare_command(args)}"
         )
         return 130
     if result["report"] is not None:
@@ -145,6 +147,22 @@ def run_only(config, name: str) -> int:
         print(f"{stopped}: exiting for requeue")
         return launch.REQUEUE_EXIT_CODE
     return 0 if state in ("done", "trained") else 1
+
+
+def compare_command(args: argparse.Namespace) -> str:
+    """The `tablefree compare` command line that ran (and resumes) this sweep."""
+    import shlex
+
+    argv = ["tablefree", "compare", "--config", str(args.config)]
+    if args.interfaces:
+        argv += ["--interfaces", ",".join(args.interfaces)]
+    if args.seeds:
+        argv += ["--seeds", ",".join(map(str, args.seeds))]
+    if args.out:
+        argv += ["--out", str(args.out)]
+    if args.no_report:
+        argv.append("--no-report")
+    return shlex.join([*argv, *args.overrides])
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
@@ -268,6 +269,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         hub = HubSource(args.hub, args.hub_config, args.hub_split, args.hub_data_files)
     elif not args.corpus:
         raise ValueError("give CORPUS paths, or --hub NAME")
+    finished_before = (Path(args.out) / "manifest.json").exists() and not args.overwrite
     manifest = prepare_dataset(
         args.corpus or None,
         args.out,
@@ -302,6 +304,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     for split, info in manifest["splits"].items():
         print(
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
+            + (_train_documents_note(manifest) if split == "train" else "")
         )
     for line in validation_summary(manifest, args.val_documents):
         print(line)
@@ -311,10 +314,37 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"(--vocab-size); the dataset uses {manifest['vocab_size']}",
             file=sys.stderr,
         )
+    done = "already held this dataset, nothing written:" if finished_before else "wrote"
     print(
-        f"wrote {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
+        f"{done} {args.out}/manifest.json (tokenizer {manifest['tokenizer_hash'][:16]}…, vocab {manifest['vocab_size']})"
     )
     return 0
+
+
+def _validation_parts(manifest: dict) -> tuple[int, int, int] | None:
+    """(documents held out whole, sections, long documents the sections were cut from), when recorded."""
+    items = (manifest.get("validation") or {}).get("items") or []
+    if not items or "file" not in items[0]:
+        return None
+    whole = sum(1 for item in items if item.get("whole"))
+    cut_from = {(item["file"], item.get("document_in_file")) for item in items if not item.get("whole")}
+    return whole, len(items) - whole, len(cut_from)
+
+
+def _train_documents_note(manifest: dict) -> str:
+    """Why train + validation documents are not the documents read: the held-out ones, and the parts a long
+    document leaves in train around its validation section (each counted as a document)."""
+    parts, read = _validation_parts(manifest), (manifest.get("corpus") or {}).get("documents")
+    if parts is None or not isinstance(read, int):
+        return ""
+    whole, _, long = parts
+    pieces = manifest["splits"]["train"]["documents"] - (read - whole)
+    return (
+        f" (the {read - whole:,} of {read:,} documents read not held out whole; the {long} long documents that "
+        f"lent a section add {pieces} for the parts around it)"
+        if long
+        else f" (the {read - whole:,} of {read:,} documents read not held out)"
+    )
 
 
 def validation_summary(manifest: dict, wanted: int) -> list[str]:
@@ -322,7 +352,14 @@ def validation_summary(manifest: dict, wanted: int) -> list[str]:
     record = manifest.get("validation") or {}
     documents = record.get("documents", manifest["splits"]["val"]["documents"])
     lines = [f"validation: {documents:,} documents, {record.get('tokens', 0):,} tokens"]
-    if "source_documents" in record:
+    parts = _validation_parts(manifest)
+    if "source_documents" in record and parts is not None:
+        whole, sections, long = parts
+        lines[0] += (
+            f" ({whole} documents held out whole and {sections} sections of about {record['section_chars']:,} "
+            f"characters cut from {long} long documents: {record['source_documents']} source documents)"
+        )
+    elif "source_documents" in record:
         lines[0] += (
             f" ({record['sections']} sections of {record['section_chars']:,} characters, "
             f"from {record['source_documents']} source documents)"

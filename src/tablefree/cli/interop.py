@@ -185,6 +185,12 @@ def run_generate(args: argparse.Namespace) -> int:
     from tablefree.generate import check_sampling, generate, print_stream
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
+    if is_hf_export(args.checkpoint):
+        raise FileNotFoundError(
+            f"{args.checkpoint} is a Hugging Face model folder, not a tablefree checkpoint: convert it with "
+            f"`tablefree import-hf {args.checkpoint} --out DIR`, then `tablefree generate DIR`, or load it with "
+            "transformers' AutoModelForCausalLM"
+        )
     model, directory = load_model(args.checkpoint, device=args.device)
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.exists():
@@ -207,6 +213,14 @@ def run_generate(args: argparse.Namespace) -> int:
     finally:
         print()  # end the streamed line, also before an error message
     return 0
+
+
+def is_hf_export(path: str | Path) -> bool:
+    """A Hugging Face model folder (``config.json`` naming its architectures), as ``tablefree export`` writes."""
+    from tablefree.fileio import read_json
+
+    config = Path(path) / "config.json"
+    return config.is_file() and isinstance((read_json(config) or {}).get("architectures"), list)
 
 
 def run_lm_eval(args: argparse.Namespace) -> int:

@@ -55,15 +55,18 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--peak-flops", type=float, default=None, help="peak FLOP/s per device for MFU (overrides the table)"
     )
     parser.add_argument(
-        "--print-config", action="store_true", help="print the config and the derived plan, then exit"
+        "--print-config",
+        action="store_true",
+        help="check everything training would read (dataset, shards, run directory, model, step plan), then "
+        "print the resolved config and the derived plan and exit",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from tablefree.config_parsing import to_dict
-    from tablefree.data.loader import read_manifest
-    from tablefree.train.recipe import load_train_config, plan
+    from tablefree.rundir import SWEEP_CONFIG
+    from tablefree.train.recipe import load_train_config
     from tablefree.train.resume import CONFIG_FILE, nothing_to_resume, recorded_config
     from tablefree.train.trainer import train
 
@@ -72,6 +75,11 @@ def run(args: argparse.Namespace) -> int:
     if args.peak_flops is not None:
         overrides.append(f"peak_flops={args.peak_flops}")
     resume = "auto" if args.resume_if_present else args.resume
+    if resume and args.run_dir is not None and (args.run_dir / SWEEP_CONFIG).exists():
+        raise FileNotFoundError(
+            f"--run-dir {args.run_dir} is a sweep directory ({SWEEP_CONFIG}), not a run: resume the sweep by "
+            f"re-running its `tablefree compare` command, or name one of its runs, {args.run_dir}/runs/NAME"
+        )
     if config_path is None and resume and args.run_dir is not None:
         # continue a run with the recipe it recorded (config.yaml plus the changes allowed since)
         recipe = recorded_config(args.run_dir)
@@ -87,17 +95,9 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         import yaml
 
-        from tablefree.params import param_breakdown
-
-        try:
-            vocab = read_manifest(config.data.dir)["vocab_size"]
-        except FileNotFoundError:  # not prepared yet: show the plan with the preset's vocabulary
-            vocab = None
-        model_config = config.model.build(vocab)
-        # Validate all of it before printing anything: building the model on the meta device checks the
-        # interface and its options exactly as training would, at no cost.
-        parameters = param_breakdown(model_config).total_trainable
-        run_plan = plan(config, model_config)
+        # Check all of it before printing anything, as training would: the dataset and its shards, the run
+        # directory, and building the model on the meta device (the interface and its options) at no cost.
+        model_config, run_plan, parameters = check_before_training(config, run_dir, resume, args.allow_change)
         print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
         print(f"# plan (one process): {run_plan}")
         print(f"# trainable parameters: {parameters:,} (vocabulary {model_config.vocab_size:,})")
@@ -115,3 +115,37 @@ def load_recorded_config(recipe: dict, overrides: list[str], where: Path):
     from tablefree.train.recipe import TrainConfig
 
     return from_dict_with_overrides(TrainConfig, recipe, overrides, str(where))
+
+
+def check_before_training(config, run_dir: Path, resume: bool | str, allow_change: list[str]):
+    """What ``--print-config`` checks, every file training would read: the dataset's manifest, its shards
+    against it (sizes; sha256 when small, as the trainer does) and enough tokens per split for a window, the
+    run directory (a run to resume, or none to overwrite), the model and the step plan. Returns (model config,
+    plan, trainable parameters); raises as training would."""
+    from tablefree.checkpoint.layout import has_checkpoints
+    from tablefree.data.loader import Dataset, TokenLoader, verify_dataset
+    from tablefree.params import param_breakdown
+    from tablefree.train.recipe import plan
+    from tablefree.train.resume import check_resumable, nothing_to_resume, verify_dataset_matches_run
+
+    dataset = Dataset.open(config.data.dir)
+    manifest = dataset.manifest
+    check = verify_dataset(config.data.dir, hashes="auto")
+    if not check.ok:
+        raise ValueError(f"data.dir {'; '.join([check.format().splitlines()[0], *check.problems])}")
+    model_config = config.model.build(manifest["vocab_size"])
+    parameters = param_breakdown(model_config).total_trainable
+    run_plan = plan(config, model_config)
+    for split in ("train", "val"):
+        TokenLoader.from_dir(config.data.dir, split, run_plan.seq_len, config.micro_batch)
+    resuming = resume is True or (resume == "auto" and has_checkpoints(run_dir))
+    if resume is True and not has_checkpoints(run_dir):
+        raise FileNotFoundError(nothing_to_resume(run_dir))
+    if resuming:
+        verify_dataset_matches_run(run_dir, dataset)
+        check_resumable(run_dir, config, allow_change)
+    elif has_checkpoints(run_dir):
+        raise FileExistsError(
+            f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
+        )
+    return model_config, run_plan, parameters

@@ -31,6 +31,7 @@ from tablefree.evaluate.tasks import (
     parse_task_names,
     task_files,
 )
+from tablefree.evaluate.validation import format_coverage, validation_metrics
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
 from tablefree.precision import choose_precision
 
@@ -76,7 +77,9 @@ def run_eval(
     """
     names = parse_task_names(tasks, extra=(VALIDATION,))
     if VALIDATION in names and val_data is None:
-        raise ValueError("the validation task needs a prepared dataset directory (--val-data DIR)")
+        raise ValueError(
+            "the validation task needs a prepared dataset directory (val_data=DIR / --val-data DIR)"
+        )
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(
             f"limit must be a positive number of documents, got {limit!r}; leave it out for the full sets"
@@ -120,8 +123,6 @@ def run_eval(
     examples: list[dict[str, Any]] = []
     for position, name in enumerate(names):
         if name == VALIDATION:
-            from tablefree.evaluate.validation import validation_metrics
-
             with forward_autocast(model, forward_dtype):
                 entry = validation_metrics(
                     model, tok, str(val_data), tok_hash, batch_size=batch_size, limit=limit
@@ -315,7 +316,9 @@ def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
     recorded = read_json(directory / META_FILE, default={}).get("tokenizer_hash")
     own_file = directory / TOKENIZER_FILE
     if tokenizer is None and not own_file.exists():
-        raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass --tokenizer PATH")
+        raise FileNotFoundError(
+            f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass tokenizer=PATH / --tokenizer PATH"
+        )
     source = own_file if tokenizer is None else tokenizer
     tok = load_tokenizer(str(source))
     digest = tokenizer_hash(tok)
@@ -377,6 +380,8 @@ def format_results(results: dict[str, Any]) -> str:
             lines.append(
                 f"{name:<14} {metric + mark:<15} {_number(value):>10} {err_text:>10} {entry['n']:>7}"
             )
+    lines.append("* the task's headline metric (the one the comparison report tests)")
+    lines += [note for entry in results["tasks"].values() if (note := format_coverage(entry))]
     return "\n".join(lines)
 
 

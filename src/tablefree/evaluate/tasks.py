@@ -626,9 +626,13 @@ def download_command(root: Path, names: Sequence[str]) -> str:
     return f"tablefree data download-evals {root} --tasks {','.join(names)}"
 
 
-def check_task_files(tasks: Sequence[Task], data_dir: str | Path | None = None) -> None:
+def check_task_files(
+    tasks: Sequence[Task],
+    data_dir: str | Path | None = None,
+    point_at: str = "data_dir=DIR / --eval-data DIR",
+) -> None:
     """Every data file of every task is present; otherwise ONE error listing all missing files and the
-    command that fetches them."""
+    command that fetches them; ``point_at`` is how the caller names the directory (compare: eval.data_dir=DIR)."""
     root = eval_data_dir(data_dir)
     missing = [(task, root / name) for task in tasks for name in task.files if not (root / name).is_file()]
     if not missing:
@@ -638,7 +642,7 @@ def check_task_files(tasks: Sequence[Task], data_dir: str | Path | None = None) 
     raise FileNotFoundError(
         f"{len(missing)} evaluation data file(s) missing under {root}:\n{listing}\n"
         f"Fetch them (sha256-verified) with: {download_command(root, names)}\n"
-        f"(or pass --eval-data DIR / set {ENV_EVAL_DATA} to where they are)"
+        f"(or pass {point_at} / set {ENV_EVAL_DATA} to where they are)"
     )
 
 

@@ -1,19 +1,22 @@
 """The ``validation`` pseudo-task: loss, perplexity and bits per byte on a prepared dataset's ``val`` split.
 
-The split is read as the training loader reads it in sequential mode: non-overlapping windows of
-``max_seq_len + 1`` tokens (inputs and shifted targets), never crossing a shard boundary, so every target token
-is scored once with up to ``max_seq_len`` tokens of context. Then
+The split's shards are read as one token stream (documents may cross shard boundaries) and cut into
+non-overlapping windows of ``max_seq_len + 1`` tokens (inputs and shifted targets), the last one shorter, so
+every token after the stream's first (the end-of-text before the first document) is scored once, with up to
+``max_seq_len`` tokens of context. ``limit`` scores the first N windows only; ``coverage`` then says how many
+tokens and which documents were left out (and the eval table prints it). Then
 
-* ``val_loss`` = total nats over target tokens / number of target tokens;
+* ``val_loss`` = total nats over scored target tokens / number of scored target tokens;
 * ``val_ppl`` = exp(val_loss);
 * ``bits_per_byte`` = total nats / (ln 2 × total UTF-8 bytes of the target tokens), a token's bytes being those
   its byte-level BPE string stands for (special tokens such as <|endoftext|> count 0 bytes: they are document
   separators, not text). Models with different tokenizers can be compared on it.
 
-The standard error given for ``val_loss`` is that of the mean over windows (equal-length windows, so their mean
-is ``val_loss``); windows of one text are correlated, so read it as a rough figure. ``per_document`` holds each
+The standard error given for ``val_loss`` is that of the mean over the full-length windows (the shorter last one
+left out); windows of one text are correlated, so read it as a rough figure. ``per_document`` holds each
 validation document's summed nats and scored target tokens (documents in split order; a token belongs to the
-document it lies in): the unit the report's cluster bootstrap resamples.
+document it lies in): the unit the report's cluster bootstrap resamples. ``coverage.scored_targets`` is the
+stream range ``[start, end)`` of the scored target tokens, on which the report's unigram baseline is measured.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tablefree.data.loader import MANIFEST, TokenLoader, document_bounds, read_manifest
+from tablefree.data.loader import MANIFEST, document_bounds, read_manifest, split_shards, validation_documents
+from tablefree.data.shards import open_shard
 from tablefree.evaluate.metrics import mean_stderr
 
 
@@ -59,6 +63,15 @@ def _has_byte_level(component: dict | None) -> bool:
     return any(_has_byte_level(child) for child in children)
 
 
+def validation_windows(stream_tokens: int, seq_len: int, limit: int | None = None) -> list[tuple[int, int]]:
+    """``(start, targets)`` of each window over a stream of ``stream_tokens``: inputs ``[start, start + targets)``,
+    targets one further; full windows of ``seq_len`` targets, the last one shorter; the first ``limit`` only."""
+    windows = [
+        (start, min(seq_len, stream_tokens - 1 - start)) for start in range(0, stream_tokens - 1, seq_len)
+    ]
+    return windows if limit is None else windows[:limit]
+
+
 @torch.inference_mode()
 def validation_metrics(
     model: torch.nn.Module,
@@ -76,27 +89,38 @@ def validation_metrics(
             f"the checkpoint uses {tokenizer_hash[:12]}…; validation needs the same tokenizer"
         )
     seq_len = model.config.max_seq_len
-    loader = TokenLoader.from_dir(data_dir, "val", seq_len=seq_len, batch_size=batch_size, shuffle=False)
-    windows = loader.num_chunks if limit is None else min(limit, loader.num_chunks)
+    stream = np.concatenate([open_shard(path) for path in split_shards(data_dir, "val")])  # a small split
+    listed = sum(shard["tokens"] for shard in manifest["splits"]["val"]["shards"])
+    if len(stream) != listed:
+        raise ValueError(
+            f"{data_dir}: the val shards hold {len(stream):,} tokens, {MANIFEST} says {listed:,}; the shards "
+            "were replaced or the manifest edited: prepare the dataset again"
+        )
+    windows = validation_windows(len(stream), seq_len, limit)
     byte_lengths = torch.from_numpy(token_byte_lengths(tokenizer, model.config.vocab_size))
     device = next(model.parameters()).device
     window_losses: list[float] = []
     total_nats, total_bytes = 0.0, 0
-    documents = DocumentTally(data_dir, seq_len)
-    for step in range(math.ceil(windows / batch_size)):
-        inputs, targets = loader.batch(step)
-        keep = min(batch_size, windows - step * batch_size)  # the last batch wraps around: drop the repeats
-        inputs, targets = inputs[:keep], targets[:keep]
+    documents = DocumentTally(data_dir)
+    full = [w for w in windows if w[1] == seq_len]
+    batches = [full[i : i + batch_size] for i in range(0, len(full), batch_size)]
+    batches += [[w] for w in windows if w[1] != seq_len]  # the shorter last window, alone
+    for batch in batches:
+        length = batch[0][1]
+        data = torch.from_numpy(np.stack([stream[s : s + length + 1] for s, _ in batch]).astype(np.int64))
+        inputs, targets = data[:, :-1], data[:, 1:]
         logits = model(inputs.to(device))
         nats = F.cross_entropy(
             logits.float().flatten(0, 1), targets.to(device).flatten(), reduction="none"
-        ).view(keep, -1)
+        ).view(len(batch), -1)
         nats = nats.double().cpu()
         total_nats += float(nats.sum())
         total_bytes += int(byte_lengths[targets].sum())
-        window_losses.extend(nats.mean(dim=1).tolist())
-        documents.add(step * batch_size, nats.numpy())
-    tokens = windows * seq_len
+        if length == seq_len:
+            window_losses.extend(nats.mean(dim=1).tolist())
+        for (start, _), row in zip(batch, nats.numpy(), strict=True):
+            documents.add(start + 1, row)
+    tokens = sum(n for _, n in windows)
     val_loss = total_nats / tokens
     return {
         "metrics": {
@@ -109,7 +133,7 @@ def validation_metrics(
             "val_ppl": None,
             "bits_per_byte": None,
         },
-        "n": windows,
+        "n": len(windows),
         "tokens": tokens,
         "bytes": total_bytes,
         "headline": "bits_per_byte",
@@ -117,35 +141,25 @@ def validation_metrics(
         "data_sha256": {shard["file"]: shard.get("sha256") for shard in manifest["splits"]["val"]["shards"]},
         "data_dir": str(data_dir),
         "per_document": documents.as_dict(),
+        "coverage": coverage(data_dir, documents, len(stream), limit),
     }
 
 
 class DocumentTally:
-    """Sums of target nats and counts of target tokens per validation document, window by window (windows are
-    the sequential ``TokenLoader`` chunks: ``(len(shard) - 1) // seq_len`` per shard, in shard order)."""
+    """Sums of target nats and counts of target tokens per validation document; a target at stream position p
+    belongs to document j when ``bounds[j] <= p < bounds[j + 1]`` (``document_bounds``)."""
 
-    def __init__(self, data_dir: str, seq_len: int) -> None:
-        self.starts = document_bounds(data_dir, "val")[:-1]
-        self.seq_len = seq_len
-        offsets, chunk_offsets = [], []
-        offset = 0
-        for shard in read_manifest(data_dir)["splits"]["val"]["shards"]:
-            chunk_offsets.append(max(0, (shard["tokens"] - 1) // seq_len))
-            offsets.append(offset)
-            offset += shard["tokens"]
-        self.shard_offsets = np.array(offsets, dtype=np.int64)
-        self.chunk_starts = np.concatenate(([0], np.cumsum(chunk_offsets))).astype(np.int64)
+    def __init__(self, data_dir: str) -> None:
+        self.bounds = document_bounds(data_dir, "val")
+        self.starts = self.bounds[:-1]
         self.nats = np.zeros(len(self.starts))
         self.tokens = np.zeros(len(self.starts), dtype=np.int64)
 
-    def add(self, first_window: int, nats: np.ndarray) -> None:
-        """``nats`` (windows, seq_len): the target losses of windows ``first_window``, ``first_window + 1``, …"""
-        chunks = np.arange(first_window, first_window + nats.shape[0])
-        shards = np.searchsorted(self.chunk_starts, chunks, side="right") - 1
-        first_target = self.shard_offsets[shards] + (chunks - self.chunk_starts[shards]) * self.seq_len + 1
-        positions = first_target[:, None] + np.arange(self.seq_len)
-        documents = np.searchsorted(self.starts, positions.ravel(), side="right") - 1
-        self.nats += np.bincount(documents, weights=nats.ravel(), minlength=len(self.starts))
+    def add(self, first_target: int, nats: np.ndarray) -> None:
+        """``nats``: the losses of the targets at stream positions ``first_target``, ``first_target + 1``, …"""
+        positions = first_target + np.arange(len(nats))
+        documents = np.searchsorted(self.starts, positions, side="right") - 1
+        self.nats += np.bincount(documents, weights=nats, minlength=len(self.starts))
         self.tokens += np.bincount(documents, minlength=len(self.starts))
 
     def as_dict(self) -> dict:
@@ -154,3 +168,52 @@ class DocumentTally:
             "nats": self.nats.tolist(),
             "tokens": self.tokens.tolist(),
         }
+
+
+def coverage(data_dir: str, tally: DocumentTally, stream_tokens: int, limit: int | None) -> dict:
+    """What the scoring left out of the split: tokens, and which documents were scored only in part or not at
+    all (by index in split order and, where ``data prepare`` recorded it, source file and section)."""
+    targets = np.diff(tally.bounds)
+    targets[0] -= 1  # the stream's first token (the end-of-text before document 0) is context only
+    scored = tally.tokens
+    partly = np.flatnonzero((scored > 0) & (scored < targets)).tolist()
+    unscored = np.flatnonzero((scored == 0) & (targets > 0)).tolist()
+    names = document_names(data_dir)
+    return {
+        "target_tokens": int(targets.sum()),
+        "scored_tokens": int(scored.sum()),
+        "scored_targets": [1, 1 + int(scored.sum())],
+        "documents": len(targets),
+        "documents_whole": int(((scored == targets) & (targets > 0)).sum()),
+        "partly_scored": [{"index": i, "document": names[i]} for i in partly],
+        "not_scored": [{"index": i, "document": names[i]} for i in unscored],
+        "left_out_by": None if scored.sum() == targets.sum() else f"limit={limit} windows",
+    }
+
+
+def document_names(data_dir: str) -> list[str]:
+    """A short name per validation document: ``file#n`` (and the character range of a held-out section),
+    or ``document j`` for datasets without the record."""
+    names = []
+    for index, item in enumerate(validation_documents(data_dir)):
+        if "file" not in item:
+            names.append(f"document {index}")
+            continue
+        name = f"{item['file']}#{item.get('document_in_file', 0)}"
+        chars = item.get("planned_chars")
+        names.append(f"{name} chars {chars[0]}-{chars[1]}" if chars else name)
+    return names
+
+
+def format_coverage(entry: dict) -> str | None:
+    """One line on what a limited validation scoring left out, or None when it scored the whole split."""
+    cover = entry.get("coverage")
+    if not cover or not cover["left_out_by"]:
+        return None
+    left = [d["document"] for d in cover["partly_scored"]] + [d["document"] for d in cover["not_scored"]]
+    shown = ", ".join(left[:8]) + (f", … ({len(left) - 8} more)" if len(left) > 8 else "")
+    return (
+        f"validation ({cover['left_out_by']}): scored {cover['scored_tokens']:,} of {cover['target_tokens']:,} "
+        f"tokens, {cover['documents_whole']} of {cover['documents']} documents whole; "
+        f"{len(cover['partly_scored'])} in part and {len(cover['not_scored'])} not at all: {shown}"
+    )

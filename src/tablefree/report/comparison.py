@@ -317,31 +317,35 @@ def _verdict(c: dict[str, Any]) -> str:
 
 
 def unigram_baseline(runs: list[Run]) -> dict[str, Any] | None:
-    """Cross-entropy of the validation split under a unigram model fit on the training split (add-½), and the
-    runs whose evaluated validation loss has not beaten it."""
+    """Cross-entropy of the validation tokens the runs were scored on (``coverage.scored_targets`` of their
+    validation results; the whole split for results from before coverage was recorded) under a unigram model
+    fit on the training split (add-½), and the runs whose evaluated validation loss has not beaten it."""
     data_dir = _data_dir(runs)
     if data_dir is None:
         return None
+    scored = (validation_set(runs) or {}).get("coverage") or {}
     try:
         from tablefree.data.loader import read_manifest, split_shards
         from tablefree.data.shards import open_shard
 
         vocab = int(read_manifest(data_dir)["vocab_size"])
-        counts = {
-            split: sum(
-                np.bincount(open_shard(p), minlength=vocab)[:vocab] for p in split_shards(data_dir, split)
-            )
-            for split in ("train", "val")
-        }
+        train = sum(
+            np.bincount(open_shard(p), minlength=vocab)[:vocab] for p in split_shards(data_dir, "train")
+        )
+        stream = np.concatenate([open_shard(p) for p in split_shards(data_dir, "val")])
     except (FileNotFoundError, ValueError, KeyError):
         return None  # the dataset moved or was removed since the sweep: no baseline line
-    value = stats.unigram_cross_entropy(counts["train"], counts["val"])
+    start, end = scored.get("scored_targets") or (0, len(stream))
+    val = np.bincount(stream[start:end], minlength=vocab)[:vocab]
+    value = stats.unigram_cross_entropy(train, val)
     flagged = [run.name for run in finished(runs) if run.metric_values().get(VAL_LOSS, -math.inf) >= value]
     return {
         "val_loss": value,
         "data_dir": str(data_dir),
-        "train_tokens": int(counts["train"].sum()),
-        "val_tokens": int(counts["val"].sum()),
+        "train_tokens": int(train.sum()),
+        "val_tokens": int(val.sum()),
+        "scored_targets": [int(start), int(end)],
+        "same_tokens_as_runs": "scored_targets" in scored,
         "not_beaten_by": flagged,
     }
 
@@ -357,12 +361,18 @@ def _data_dir(runs: list[Run]) -> Path | None:
 
 
 def validation_set(runs: list[Run]) -> dict[str, Any] | None:
-    """What the evaluation over the validation split covered: documents, tokens, bytes."""
+    """What the evaluation over the validation split covered: documents, tokens, windows, and ``coverage`` (what
+    a limit left out; ``tablefree.evaluate.validation.coverage``)."""
     for run in finished(runs):
         entry = ((run.eval or {}).get("tasks") or {}).get(VALIDATION)
         if entry:
             documents = (entry.get("per_document") or {}).get("documents")
-            return {"documents": documents, "tokens": entry.get("tokens"), "windows": entry.get("n")}
+            return {
+                "documents": documents,
+                "tokens": entry.get("tokens"),
+                "windows": entry.get("n"),
+                "coverage": entry.get("coverage"),
+            }
     return None
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tablefree.evaluate.validation import format_coverage
 from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS
 from tablefree.stats import fmt
 from tablefree.units import human
@@ -54,6 +56,8 @@ def _header(report: dict[str, Any]) -> str:
     lines = [
         f"# Interface comparison: {report['name']}",
         "",
+        _config_and_data(report),
+        "",
         f"Interfaces: {', '.join(report['interfaces'])}; seeds: {', '.join(map(str, report['seeds']))}; "
         + (f"grid points: {', '.join(points)}; " if points else "")
         + f"{done} of {len(runs)} runs finished. Generated {report['created']} by `tablefree report`.",
@@ -66,6 +70,9 @@ def _header(report: dict[str, Any]) -> str:
             f"{human(valset['tokens'])} tokens); the trainer's {ESTIMATE_NAME} (a few batches, every `val_every` "
             "steps) is a different, noisier number used only for the curves."
         )
+        left_out = format_coverage({"coverage": valset.get("coverage")})
+        if left_out:
+            lines.append(f"\n**Not the whole validation split.** {left_out}.")
     for row in (r for r in runs if r["state"] == "failed"):
         lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
     lines += [f"\n> {note}" for note in report["config"].get("notes") or []]
@@ -75,6 +82,26 @@ def _header(report: dict[str, Any]) -> str:
             f"\nNot finished yet: {', '.join(missing)} (re-run the same `tablefree compare` command)."
         )
     return "\n".join(lines)
+
+
+def _config_and_data(report: dict[str, Any]) -> str:
+    """Which config and which data: the dataset as the runs used it (its manifest), not the config's default."""
+    config = report["config"]
+    source = (
+        f"config `{config['config_file']}`" if config.get("config_file") else f"config `{report['name']}`"
+    )
+    data = config.get("dataset") or {}
+    if "tokenizer_hash" not in data:
+        return f"From {source} on the dataset `{data.get('dir')}` (its manifest was not read)."
+    corpus = data.get("corpus")
+    sources = data.get("sources") or []
+    count = f"{len(sources)} source{'s' if len(sources) != 1 else ''}"
+    names = ", ".join(f"`{Path(path).name}`" for path in corpus or [])  # no local absolute path in a report
+    origin = f"prepared from {names}: {count}" if corpus else count
+    return (
+        f"From {source} on the dataset `{data['dir']}` ({origin}; tokenizer `{str(data['tokenizer_hash'])[:12]}`, "
+        f"vocabulary {data.get('vocab_size')}); the shards' sha256 are under Provenance."
+    )
 
 
 def _verdict(report: dict[str, Any]) -> str:
@@ -113,8 +140,14 @@ def _baseline(report: dict[str, Any]) -> str:
         "## Baseline",
         "",
         f"A unigram model fit on the training split ({human(base['train_tokens'])} tokens, add-½ smoothing) "
-        f"scores **{base['val_loss']:.4f} nats/token** on the validation split ({human(base['val_tokens'])} "
-        "tokens). A model that has not beaten it has learned no more than token frequencies.",
+        f"scores **{base['val_loss']:.4f} nats/token** on "
+        + (
+            f"the {human(base['val_tokens'])} validation tokens the runs were scored on"
+            if base.get("same_tokens_as_runs")
+            else f"the whole validation split ({human(base['val_tokens'])} tokens; the runs' results do not "
+            "say which tokens they scored: evaluate them again)"
+        )
+        + ". A model that has not beaten it has learned no more than token frequencies.",
     ]
     if base["not_beaten_by"]:
         lines += ["", f"**{UNIGRAM_FLAG}**: {', '.join(base['not_beaten_by'])}."]

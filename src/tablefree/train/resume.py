@@ -66,10 +66,12 @@ class RunDirLock:
 
     def __init__(self, run_dir: Path, info: DistInfo) -> None:
         self.run_dir, self.info, self.handle = run_dir, info, None
+        self.created = False
 
     def __enter__(self) -> RunDirLock:
         error = None
         if self.info.is_main:
+            self.created = not self.run_dir.exists()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             path = self.run_dir / self.FILE
             self.handle = open(path, "a+", encoding="utf-8")
@@ -95,6 +97,12 @@ class RunDirLock:
 
     def __exit__(self, *exc: object) -> None:
         if self.handle is not None:
+            if [p.name for p in self.run_dir.iterdir()] == [self.FILE]:
+                (
+                    self.run_dir / self.FILE
+                ).unlink()  # a run that failed before writing anything leaves nothing
+                if self.created:
+                    self.run_dir.rmdir()
             fcntl.flock(self.handle, fcntl.LOCK_UN)
             self.handle.close()
             self.handle = None
@@ -179,7 +187,8 @@ def check_run_dir(
     changes: list[Change] = []
     if not resume and has_checkpoints(run_dir):
         raise FileExistsError(
-            f"{run_dir} already holds a run; pass --resume to continue it, or choose another --run-dir"
+            f"{run_dir} already holds a run; pass resume=True / --resume to continue it, or choose another run "
+            "directory"
         )
     if resume:
         changes = check_resumable(run_dir, config, allow_change)

@@ -333,8 +333,8 @@ class Trainer:
                                 + (
                                     "no checkpoint (checkpoint_format: none)."
                                     if self.config.checkpoint_format == "none"
-                                    else f"checkpoint saved. Continue with `tablefree train --resume --run-dir "
-                                    f"{self.run_dir}` (in a sweep: re-run the same `tablefree compare` command)."
+                                    else "checkpoint saved. In a sweep, re-run the same `tablefree compare` command; "
+                                    f"alone, continue with `tablefree train --resume --run-dir {self.run_dir}`."
                                 ),
                                 flush=True,
                             )
