@@ -152,3 +152,31 @@ def test_gpu_script_stops_up_front_without_a_gpu(tmp_path) -> None:
     assert "no CUDA device" in result.stdout and "preflight failed" in result.stdout
     results = strict_json(tmp_path / "out" / "results.json")
     assert [s["name"] for s in results["script"]["sections"]] == ["preflight"]
+
+
+@pytest.mark.slow
+def test_train_gpu_falls_back_to_eager_when_compiling_fails(tmp_path) -> None:
+    """No C++ compiler for inductor: the compiled FSDP2 attempt fails, the eager one measures, and the next
+    interface starts from the attempt that worked."""
+    out = tmp_path / "train.json"
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO / "src"),
+        CXX=str(tmp_path / "no-such-compiler"),
+        TABLEFREE_PEAK_FLOPS_CACHE=str(tmp_path / "peak_flops.json"),
+    )
+    command = [
+        sys.executable, str(REPO / "benchmarks" / "train_gpu.py"), "--device", "cpu", "--preset", "tiny",
+        "--micro-batch", "2", "--seq-len", "64", "--steps", "3", "--warmup", "1", "--log-every", "1",
+        "--out", str(out),
+    ]  # fmt: skip
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    runs = strict_json(out)["runs"]
+    learned = runs["learned"]
+    assert [(a["compile"], a["status"]) for a in learned["attempts"]] == [(True, "failed"), (False, "ok")]
+    assert "cannot run here" in " ".join(learned["attempts"][0]["output_tail"])
+    assert (
+        learned["compile"] is False and learned["parallel"] == "fsdp" and learned["tokens_per_s_median"] > 0
+    )
+    assert [(a["compile"], a["status"]) for a in runs["canonical"]["attempts"]] == [(False, "ok")]

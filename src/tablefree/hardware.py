@@ -322,7 +322,13 @@ def peak_flops(
         _IN_USE[in_use] = cached
         return cached
     if progress is not None:
-        why = "measuring again: the cached figure was measured under load, " if cached is not None else ""
+        why = (
+            ""
+            if cached is None
+            else "measuring again as asked: "
+            if remeasure
+            else "measuring again (the cached figure was measured under load): "
+        )
         progress(f"{why}measuring the {dtype_name(dtype)} matmul ceiling on {name}, {threads} threads ...")
     measured = measure_ceiling(device, dtype)
     if cached is None or measured.flops >= cached.flops:
