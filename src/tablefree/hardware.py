@@ -7,8 +7,12 @@ runs on, with the threads it uses. The record is cached per machine in ``~/.cach
 (``$TABLEFREE_PEAK_FLOPS_CACHE`` overrides the path), keyed by device name, dtype and threads, with its
 provenance (sizes, seconds, load average, torch version, time of measurement).
 
-On a CPU each timed matmul counts the shorter of its wall time and its CPU time per thread, so a machine
-shared with other work still gives a figure close to the idle one (the load average is recorded too).
+On a CPU each timed matmul counts the shorter of its wall time and its CPU time per thread, but a machine
+shared with other work still measures low (0.18 against the idle 0.31 TFLOP/s on 2 busy cores). So the cache
+keeps the best figure measured rather than the first, a record measured under load (``under_load``) is measured
+again once the machine is less loaded than it was then, and a process uses one ceiling per (device, dtype,
+threads) for all its MFU figures, however often it asks. A measurement stops short of the larger sizes when they
+would take more than ``MAX_MEASURE_SECONDS`` (emulated bf16 on a CPU without native bf16 is that slow).
 
     from tablefree.hardware import peak_flops
     ceiling = peak_flops(torch.device("cpu"), torch.bfloat16)      # cached after the first call
@@ -24,7 +28,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,11 @@ CACHE_VERSION = 1
 SIZES = {"cpu": (1024, 2048), "cuda": (4096, 8192)}
 MIN_SECONDS_PER_SIZE = {"cpu": 0.25, "cuda": 0.2}
 MIN_REPEATS = 3
+# A larger size is skipped when its estimated time (from the smaller one's rate) would pass this.
+MAX_MEASURE_SECONDS = 3.0
+# A measurement counts as taken under load when the load average then exceeded the cores its threads did not
+# use by more than this.
+LOAD_SLACK = 0.5
 
 # CPU feature flags of native bf16 dot products (x86: AVX-512 BF16 and AMX; Arm: the BF16 extension).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -149,9 +158,34 @@ class Ceiling:
 
     def describe(self) -> str:
         if self.source == "override":
-            return f"{self.tflops:.2f} TFLOP/s (given)"
+            return f"{format_flops(self.flops)} (given)"
         when = self.provenance.get("measured_at", "?")
-        return f"{self.tflops:.2f} TFLOP/s {self.dtype} matmul, measured {when}"
+        load = self.provenance.get("load_average")
+        at_load = f" at load average {load:g}" if isinstance(load, (int, float)) else ""
+        busy = ", under load" if under_load(self) else ""
+        return f"{format_flops(self.flops)} {self.dtype} matmul, measured {when}{at_load}{busy}"
+
+
+def format_flops(flops: float) -> str:
+    """``0.31 TFLOP/s``, or GFLOP/s below 0.1 TFLOP/s (an emulated bf16 matmul on a CPU is not "0.00")."""
+    if flops >= 1e11:
+        return f"{flops / 1e12:.2f} TFLOP/s"
+    return f"{flops / 1e9:.3g} GFLOP/s"
+
+
+def under_load(ceiling: Ceiling) -> bool:
+    """Whether ``ceiling`` was measured while other work held cores its threads needed (from its provenance; a
+    GPU's figure does not depend on the host's load)."""
+    if ceiling.provenance.get("device_type", "cpu") != "cpu":
+        return False
+    load, cores = ceiling.provenance.get("load_average"), ceiling.provenance.get("logical_cores")
+    if not isinstance(load, (int, float)) or not isinstance(cores, int):
+        return False
+    return load > max(0, cores - ceiling.threads) + LOAD_SLACK
+
+
+def load_average() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def matmul_seconds(
@@ -202,11 +236,18 @@ def measure_ceiling(
     cpu_timer: Callable[[], float] = time.process_time,
 ) -> Ceiling:
     """Measure now: the best FLOP/s (2·n³ per n×n matmul) over the device type's sizes."""
-    sizes = sizes or SIZES.get(device.type, SIZES["cpu"])
+    sizes = sorted(sizes or SIZES.get(device.type, SIZES["cpu"]))
     min_seconds = MIN_SECONDS_PER_SIZE.get(device.type, 0.25)
+    load = load_average()  # before measuring: the measurement's own threads would count
     started = time.perf_counter()
-    rates = {}
+    rates: dict[int, float] = {}
+    skipped = []
     for size in sizes:
+        if rates:  # the next size's cost at the best rate so far: warm-up + MIN_REPEATS matmuls at least
+            estimate = (MIN_REPEATS + 1) * 2 * size**3 / max(rates.values())
+            if estimate > MAX_MEASURE_SECONDS:
+                skipped.append(size)
+                continue
         seconds = matmul_seconds(
             device, dtype, size, min_seconds=min_seconds, timer=timer, cpu_timer=cpu_timer
         )
@@ -224,8 +265,10 @@ def measure_ceiling(
             "method": "best of repeated square matmuls (2·n³ FLOP each; CPU: min of wall and CPU time/threads)",
             "tflops_by_size": {str(size): round(rate / 1e12, 4) for size, rate in rates.items()},
             "best_size": best_size,
+            "sizes_skipped": skipped,  # each would have taken over MAX_MEASURE_SECONDS
             "seconds": round(time.perf_counter() - started, 3),
-            "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+            "device_type": device.type,
+            "load_average": load,
             "logical_cores": os.cpu_count(),
             "torch": torch.__version__,
             "measured_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -245,6 +288,10 @@ def cache_key(device: str, dtype: str, threads: int) -> str:
     return f"{device} | {dtype} | {threads} threads"
 
 
+# The ceilings this process has used, by cache key: every MFU one run reports is against the same figure.
+_IN_USE: dict[tuple[str, str], Ceiling] = {}
+
+
 def peak_flops(
     device: torch.device,
     dtype: torch.dtype,
@@ -252,27 +299,66 @@ def peak_flops(
     override: float | None = None,
     remeasure: bool = False,
     path: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Ceiling:
-    """The ceiling for ``dtype`` on ``device`` with this process's threads: ``override`` when given, else the
-    cached measurement, else measured now (one to three seconds) and cached. ``remeasure`` measures again."""
+    """The ceiling for ``dtype`` on ``device`` with this process's threads: ``override`` when given, else the one
+    this process already uses, else the best cached measurement, else measured now (a second or two) and cached.
+
+    A cached record measured under load is measured again when the load now is lower than it was then; the cache
+    keeps whichever figure is higher. ``remeasure`` measures again in any case (the best figure is still kept).
+    ``progress`` is told before a measurement starts (the ``hardware`` command prints it)."""
     threads = torch.get_num_threads()
     name = device_name(device)
     if override:
         return Ceiling(override, name, dtype_name(dtype), threads, "override", {"given": override})
     path = path or cache_path()
     key = cache_key(name, dtype_name(dtype), threads)
+    in_use = (str(path), key)
+    if in_use in _IN_USE and not remeasure:
+        return _IN_USE[in_use]
     records = read_cache(path)
-    cached = records.get(key)
-    if cached is not None and not remeasure:
-        return Ceiling(**{**cached, "source": "cache"})
-    ceiling = measure_ceiling(device, dtype)
-    records[key] = asdict(ceiling)
+    cached = Ceiling(**{**records[key], "source": "cache"}) if key in records else None
+    if cached is not None and not remeasure and not worth_remeasuring(cached):
+        _IN_USE[in_use] = cached
+        return cached
+    if progress is not None:
+        why = (
+            ""
+            if cached is None
+            else "measuring again as asked: "
+            if remeasure
+            else "measuring again (the cached figure was measured under load): "
+        )
+        progress(f"{why}measuring the {dtype_name(dtype)} matmul ceiling on {name}, {threads} threads ...")
+    measured = measure_ceiling(device, dtype)
+    if cached is None or measured.flops >= cached.flops:
+        best = measured
+    else:  # the earlier figure stays; the lower one is recorded beside it, as evidence of the load
+        lower = {k: measured.provenance[k] for k in ("load_average", "measured_at")}
+        best = replace(
+            cached, provenance={**cached.provenance, "latest_lower": {"flops": measured.flops, **lower}}
+        )
+    records[key] = {**asdict(best), "source": "measured"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, {"version": CACHE_VERSION, "records": records})
     except OSError:
-        pass  # a read-only home: the measurement still serves this run
-    return ceiling
+        pass  # a read-only home: the measurement still serves this process
+    _IN_USE[in_use] = best
+    return best
+
+
+def worth_remeasuring(cached: Ceiling) -> bool:
+    """A record measured under load, when the machine is less loaded now than it was then."""
+    if not under_load(cached):
+        return False
+    now = load_average()
+    return now is not None and now < cached.provenance["load_average"]
+
+
+def forget_ceilings_in_use() -> None:
+    """Let this process pick its ceilings afresh (tests; a long-lived caller that changed threads)."""
+    _IN_USE.clear()
 
 
 def read_cache(path: Path) -> dict[str, dict[str, Any]]:

@@ -61,21 +61,30 @@ def choose_precision(requested: str, device: torch.device) -> Decision:
         raise ValueError(f"precision: expected one of {list(PRECISIONS)}, got {requested!r}")
     if requested != "auto":
         return Decision(requested, "as configured")
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return Decision("bf16", f"auto: {torch.cuda.get_device_name(device)} has native bf16")
-        return Decision("fp32", f"auto: {torch.cuda.get_device_name(device)} has no native bf16")
-    if device.type != "cpu":
-        return Decision("fp32", f"auto: fp32 on {device.type}")
-    native, detail = cpu_native_bf16()
+    native, detail = auto_may_pick_bf16(device)
     if not native:
         return Decision("fp32", f"auto: {detail}")
+    if device.type == "cuda":
+        return Decision("bf16", f"auto: {detail}")
     fp32 = hardware.peak_flops(device, torch.float32)
     bf16 = hardware.peak_flops(device, torch.bfloat16)
-    rates = f"bf16 {bf16.tflops:.2f} vs fp32 {fp32.tflops:.2f} TFLOP/s measured"
+    rates = f"bf16 {hardware.format_flops(bf16.flops)} vs fp32 {hardware.format_flops(fp32.flops)} measured"
     if bf16.flops < BF16_MIN_SPEEDUP * fp32.flops:
         return Decision("fp32", f"auto: {detail}, but it is not faster here ({rates})")
     return Decision("bf16", f"auto: {detail}; {rates}")
+
+
+def auto_may_pick_bf16(device: torch.device) -> tuple[bool, str]:
+    """Whether ``precision: auto`` can choose bf16 on ``device`` at all (before comparing measured rates), and
+    why: where it cannot, its bf16 ceiling is never needed, so nothing measures it."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.is_bf16_supported():
+            return True, f"{name} has native bf16"
+        return False, f"{name} has no native bf16"
+    if device.type != "cpu":
+        return False, f"auto is fp32 on {device.type}"
+    return cpu_native_bf16()
 
 
 @functools.lru_cache(maxsize=1)

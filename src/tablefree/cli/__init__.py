@@ -13,6 +13,8 @@ import importlib
 import os
 import sys
 
+from tablefree.cpu_threads import choose_wait_policy
+
 # Modules that contribute verbs, in the order their verbs appear in ``tablefree --help``.
 COMMAND_MODULES = [
     "tablefree.cli.demo",
@@ -104,6 +106,8 @@ def _verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any verb imports torch: OpenMP reads its wait policy once, when torch loads it (tablefree.cpu_threads)
+    choose_wait_policy()
     parser = build_parser()
     args = parse_args(parser, argv)
     if not getattr(args, "func", None):

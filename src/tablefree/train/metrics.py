@@ -19,12 +19,14 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from tablefree import cpu_threads
 from tablefree.fileio import strict_json, write_text_atomic
 from tablefree.hardware import Ceiling
 from tablefree.model_config import ModelConfig
 from tablefree.params import ParamBreakdown, param_breakdown
 from tablefree.precision import Decision
 from tablefree.rundir import RUN_FILES, read_jsonl
+from tablefree.train.optimizer import describe_optimizer
 from tablefree.train.parallelize import DistInfo
 from tablefree.train.recipe import Plan, TrainConfig
 from tablefree.units import human
@@ -190,6 +192,7 @@ def describe_run(
     compiled: Decision,
     ceiling: Ceiling,
     memory: Decision,
+    optimizer: torch.optim.Optimizer,
 ) -> None:
     """The lines a run starts with: what is trained, on what, how."""
     print(
@@ -204,6 +207,8 @@ def describe_run(
         f"  precision: {precision.value} ({precision.reason})\n"
         f"  compile: {'on' if compiled.value else 'off'} ({compiled.reason})\n"
         f"  memory: {memory.reason}\n"
+        f"  optimizer: {describe_optimizer(optimizer)}\n"
+        f"  threads: {cpu_threads.describe()}\n"
         f"  run dir: {run_dir}",
         flush=True,
     )

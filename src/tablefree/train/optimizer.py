@@ -1,4 +1,4 @@
-"""The optimizer of a run: AdamW with weight decay on matrices only, fused where that is safe."""
+"""The optimizer of a run: AdamW with weight decay on matrices only, fused where that is safe, else foreach."""
 
 from __future__ import annotations
 
@@ -25,20 +25,68 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.
         {"params": decay, "weight_decay": optim.weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # Fused (one kernel over all tensors) on CUDA, and on the CPU for fp32 parameters, where it is much faster
-    # than the default per-tensor loop (docs/benchmarks.md). FSDP2's sharded parameters under gloo take the same
-    # path as on GPUs, so its tests rehearse the device-side skip there.
-    params = decay + no_decay
+    implementation, _ = adamw_implementation(decay + no_decay)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, **implementation)
+
+
+def adamw_implementation(params: list[torch.Tensor]) -> tuple[dict[str, bool], str]:
+    """AdamW's keyword arguments for ``params``, and why. Fused (one kernel over all tensors, and the only path
+    that skips a non-finite update on the device) on CUDA and for fp32 CPU parameters; FSDP2's sharded
+    parameters under gloo take the same path as on GPUs, so its tests rehearse the device-side skip there.
+    Elsewhere, and where fused leaks, foreach (multi-tensor kernels): ``fused=False`` alone would also turn
+    torch's own foreach choice off and leave the per-tensor Python loop. Over FSDP2 shards on torch 2.12 foreach
+    grows DTensor's sharding cache every step too, so only the per-tensor loop is left there."""
     on_cuda = any(p.device.type == "cuda" for p in params)
     fp32_cpu = all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
     sharded = any(hasattr(p, "full_tensor") for p in params)  # DTensor shards under FSDP2
-    fused = (on_cuda or fp32_cpu) and fused_adamw_is_safe(sharded, torch.__version__)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=fused)
+    version = torch.__version__.split("+")[0]
+    if not fused_adamw_is_safe(sharded, torch.__version__):
+        if foreach_grows_over_dtensors(torch.__version__):
+            return {"fused": False, "foreach": False}, (
+                f"over FSDP2 shards on torch {version} fused AdamW leaks host memory and foreach grows DTensor's "
+                "sharding cache every step"
+            )
+        return {
+            "fused": False,
+            "foreach": True,
+        }, f"fused AdamW leaks host memory over FSDP2 shards on torch {version}"
+    if not (on_cuda or fp32_cpu):
+        return {"fused": False, "foreach": True}, "fused needs CUDA or fp32 CPU parameters"
+    return {"fused": True}, "one kernel over all tensors; a non-finite step is skipped on the device"
+
+
+def foreach_grows_over_dtensors(torch_version: str) -> bool:
+    """True on torch 2.12, where AdamW's foreach ops over DTensors miss DTensor's sharding-propagation cache and
+    add entries every step (NVIDIA-NeMo/Automodel#2888; the cache key held the step-varying scalars,
+    pytorch/pytorch#178276). On 2.10-2.11 the foreach path stays flat (pytorch/pytorch#188174)."""
+    major, minor = (int(part) for part in torch_version.split("+")[0].split(".")[:2])
+    return (major, minor) == (2, 12)
+
+
+def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
+    """The AdamW path the steps take (read from the param groups, which a resumed optimizer state sets), and why."""
+    groups = optimizer.param_groups
+    path = (
+        "fused"
+        if all(g.get("fused") for g in groups)
+        else "foreach"
+        if all(g.get("foreach") for g in groups)
+        else "per-tensor loop"
+    )
+    implementation, reason = adamw_implementation([p for g in groups for p in g["params"]])
+    chosen = (
+        "fused"
+        if implementation.get("fused")
+        else "foreach"
+        if implementation["foreach"]
+        else "per-tensor loop"
+    )
+    return f"AdamW {path} ({reason if path == chosen else 'as the resumed optimizer state sets it'})"
 
 
 def fused_adamw_is_safe(sharded: bool, torch_version: str) -> bool:
     """False where the fused AdamW leaks host memory: over DTensor (FSDP2) parameters in torch 2.10-2.12 it keeps
     one DTensorSpec per parameter tensor per step (pytorch/pytorch#188174, #181761; torchtitan#3790: tens of GB
-    over a long run). Not seen in 2.13. Those runs use the per-tensor loop, and read the non-finite flag each step."""
+    over a long run). Not seen in 2.13. Those runs use the foreach path (``adamw_implementation``)."""
     major, minor = (int(part) for part in torch_version.split("+")[0].split(".")[:2])
     return not (sharded and (2, 10) <= (major, minor) < (2, 13))

@@ -255,6 +255,7 @@ class Trainer:
                 self.compile,
                 self.ceiling,
                 self.memory,
+                self.optimizer,
             )
             if self.resumed_from is not None:
                 print(
@@ -401,7 +402,10 @@ class Trainer:
             self.optimizer.found_inf = bad.float()  # the fused kernel skips the update and its step count
             self.optimizer.step()
             del self.optimizer.found_inf  # as a gradient scaler does: no later step() sees a stale flag
-        elif not bad.item():
+        elif self.config.on_nonfinite == "stop" or not bad.item():
+            # No device-side skip here, and reading the flag would make the host wait every step. Under `stop` the
+            # update is applied and the run stops at the next read, before anything is validated or saved, so no
+            # poisoned weights are kept; only `skip` must read the flag before each update.
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -461,9 +465,10 @@ class Trainer:
         """The validation-loss estimate now, over ``val_windows`` windows spread over the val split (recorded
         in the state and metrics.jsonl as ``val_loss_estimate``)."""
         state = self.state
-        estimate = validation_loss(
-            self.train_model, self.val_loader, self.config.val_batches, self.device, self.autocast
-        )
+        with eager_for_validation():
+            estimate = validation_loss(
+                self.train_model, self.val_loader, self.config.val_batches, self.device, self.autocast
+            )
         state.last_val_loss_estimate = estimate
         if state.best_val_loss_estimate is None or estimate < state.best_val_loss_estimate:
             state.best_val_loss_estimate = estimate
@@ -658,3 +663,11 @@ class StopSignal:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+def eager_for_validation() -> contextlib.AbstractContextManager:
+    """Compiled blocks run eagerly inside: under no_grad a compiled block fails its grad-mode guard and compiles
+    a second graph, so a run would compile twice for a few validation batches (torch >= 2.6; older torches
+    recompile)."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
