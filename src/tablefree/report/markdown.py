@@ -347,10 +347,10 @@ def _fitted_curves(report: dict[str, Any]) -> str:
             "",
             f"Grid points {', '.join(entry['points'])}: every number below is the final {EVALUATION_NAME} of a "
             f"separate run with its own complete `{schedule.get('name')}` schedule (peak rate "
-            f"{fmt(schedule.get('peak_lr') or 0, 2)}, warmup {schedule.get('warmup_steps')} steps"
+            f"{schedule.get('peak_lr') or 0:g}, warmup {schedule.get('warmup_steps')} steps"
             + (
                 f", decay over the last {100 * schedule['decay_fraction']:g}% of each budget's steps to "
-                f"{fmt(schedule.get('min_lr') or 0, 2)}"
+                f"{schedule.get('min_lr') or 0:g}"
                 if schedule.get("name") == "wsd"
                 else ""
             )
@@ -419,7 +419,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
                 "." if check["selection"]["disjoint_from_verdict"] else " apart from what the estimate reads."
             ),
             "",
-            "| interface | " + " | ".join(f"lr {fmt(rate, 2)}" for rate in rates) + " | chosen |",
+            "| interface | " + " | ".join(f"lr {rate:g}" for rate in rates) + " | chosen |",
             "|---|" + "---|" * len(rates) + "---|",
         ]
         for interface, cell in check["per_interface"].items():
@@ -442,7 +442,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
             continue
         lines += [
             "",
-            f"Each pair's validation-loss gap at the best shared rate ({fmt(shared, 2)}, lowest mean over the "
+            f"Each pair's validation-loss gap at the best shared rate ({shared:g}, lowest mean over the "
             "interfaces) and with each interface at its own chosen rate (Holm over the pairs within each column):",
             "",
             "| pair | at the shared rate | at each interface's own rate |",
@@ -451,8 +451,8 @@ def _learning_rate(report: dict[str, Any]) -> str:
         own = {(c["a"], c["b"]): c for c in check["comparisons"]["own"]}
         for c in check["comparisons"]["shared"]:
             tuned = own.get((c["a"], c["b"]))
-            rate_a = fmt(check["per_interface"][c["a"]]["chosen"], 2)
-            rate_b = fmt(check["per_interface"][c["b"]]["chosen"], 2)
+            rate_a = f"{check['per_interface'][c['a']]['chosen']:g}"
+            rate_b = f"{check['per_interface'][c['b']]['chosen']:g}"
             lines.append(
                 f"| {c['a']} − {c['b']} | {_gap_cell(c)} | "
                 + (
