@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import json.scanner
 import os
 import shutil
 from collections.abc import Iterator
@@ -43,9 +44,45 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names a key twice."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads(..., object_pairs_hook=no_duplicate_keys)``: an object that names a key twice is a
+    DuplicateKeyError naming the key (plain ``json`` keeps the last value and drops the first without a word)."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        key = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKeyError(f"duplicate key {key!r}")
+    return record
+
+
+def _object_line(text: str) -> int | None:
+    """The line where the object with a duplicate key starts (the error path of ``read_json``: the pure-Python
+    scanner, unlike the C one, lets a wrapper see where each object starts)."""
+    starts: list[int] = []
+    decoder = json.JSONDecoder(object_pairs_hook=no_duplicate_keys)
+
+    def parse_object(s_and_end, *args):
+        try:
+            return json.decoder.JSONObject(s_and_end, *args)
+        except DuplicateKeyError:
+            starts.append(s_and_end[1])  # the innermost object fails first
+            raise
+
+    decoder.parse_object = parse_object
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    with contextlib.suppress(ValueError, RecursionError):
+        decoder.decode(text)
+    return text.count("\n", 0, starts[0]) + 1 if starts else None
+
+
 def read_json(path: str | Path) -> Any:
     """A JSON file; malformed JSON (also bytes that are not UTF-8, nesting too deep for the parser, integers
-    over Python's 4,300-digit limit) is a ValueError that names the file, and the line where there is one."""
+    over Python's 4,300-digit limit, a key twice in one object) is a ValueError that names the file, and the
+    line where there is one."""
     path = Path(path)
     data = path.read_bytes()
     try:
@@ -54,11 +91,16 @@ def read_json(path: str | Path) -> Any:
         line = data.count(b"\n", 0, error.start) + 1
         raise ValueError(f"{path}: malformed JSON (bytes that are not UTF-8 at line {line})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
     except RecursionError:
         raise ValueError(f"{path}: malformed JSON (nested too deeply)") from None
+    except DuplicateKeyError as error:
+        line = _object_line(text)
+        raise ValueError(
+            f"{path}: {error} in the object starting at line {line} (a key may appear once)"
+        ) from None
     except ValueError as error:  # e.g. an integer over the 4,300-digit limit of int()
         raise ValueError(f"{path}: malformed JSON ({str(error)[:200]})") from None
 
