@@ -40,7 +40,7 @@ from safetensors.torch import load_file, save_file
 
 import tablefree
 from tablefree.config_parsing import to_dict
-from tablefree.data.tokenizer import eot_id, load_tokenizer
+from tablefree.data.tokenizer import checked_tokenizer, eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.model import TablefreeLM
@@ -239,6 +239,7 @@ def export_hf(
         raise FileNotFoundError(
             f"{tokenizer_file}: no tokenizer.json in the checkpoint; pass tokenizer_path= / --tokenizer"
         )
+    checked_tokenizer(source, tokenizer_path)  # the tokenizer whose hash the checkpoint recorded, or an error
     special = special_token_ids(tokenizer_file, config.vocab_size)
 
     state_fn, config_fn = (
