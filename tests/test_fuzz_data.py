@@ -932,3 +932,49 @@ def test_fuzz_jsonl_records_with_a_key_twice(tmp_path) -> None:
         outcomes[outcome] += 1
     record("corpus-duplicate-keys", outcomes)
     assert outcomes == Counter({"read, parts reported": 40})
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs: a real full disk (ENOSPC from the kernel), mounted as root, or the test is skipped."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode
+    ):
+        pytest.skip("mounting a small tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_prepare_recovers_byte_identically(tmp_path, tokenizer_file, small_disk):
+    """Issue 26: a full disk gave raw OSError tracebacks in `data prepare`; it is one line naming the mount and
+    the file, no partial file stays, and once space is freed the same command finishes the identical dataset."""
+    rng = random.Random("full-disk")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"book{i}.txt").write_text(ascii_book(rng, 600))
+    args = [
+        "--tokenizer",
+        str(tokenizer_file),
+        "--val-fraction",
+        "0",
+        "--shard-tokens",
+        "4096",
+        "--no-progress",
+    ]
+    full = run_cli("data", "prepare", str(corpus), "--out", str(small_disk / "d"), *args)
+    (error,) = error_lines(full)
+    assert full.returncode == 1
+    assert re.fullmatch(
+        rf"tablefree data: error: no space left on {small_disk} while writing {small_disk}/d/\S+", error
+    )
+    assert not [p for p in (small_disk / "d").iterdir() if ".tmp." in p.name]
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
+    assert run_cli("data", "prepare", str(corpus), "--out", str(small_disk / "d"), *args).returncode == 0
+    assert run_cli("data", "prepare", str(corpus), "--out", str(tmp_path / "ref"), *args).returncode == 0
+    for name in sorted(p.name for p in (tmp_path / "ref").iterdir() if p.suffix == ".bin"):
+        assert (small_disk / "d" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+    assert read_manifest(small_disk / "d")["splits"] == read_manifest(tmp_path / "ref")["splits"]

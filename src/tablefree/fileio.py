@@ -8,6 +8,7 @@ evaluation and the reports all write through here (import them from here; nothin
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import json.scanner
@@ -18,6 +19,54 @@ from pathlib import Path
 from typing import Any
 
 
+class DiskFullError(OSError):
+    """A write failed for want of space: "no space left on MOUNT while writing FILE" (errno ENOSPC)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(
+            errno.ENOSPC, f"no space left on {_mount_point(Path(path))} while writing {path}", str(path)
+        )
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _mount_point(path: Path) -> str:
+    path = path.absolute()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return str(path)
+
+
+def _out_of_space(error: BaseException, path: Path) -> bool:
+    """ENOSPC, also from libraries that drop the errno (safetensors says "os error 28"; torch.save only that a
+    write failed): then the file system's free space, nearly none left, tells."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    if "os error 28" in str(error) or "No space left on device" in str(error):
+        return True
+    directory = next((p for p in (path, *path.parents) if p.exists()), None)
+    try:
+        stats = os.statvfs(directory)
+    except (OSError, TypeError):
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Around the writes of ``path`` (a file or a directory being assembled): a full disk becomes one clear
+    DiskFullError naming the mount and the file, whatever the writer raised."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as error:
+        if _out_of_space(error, Path(path)):
+            raise DiskFullError(path) from error
+        raise
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a synced temp file and a rename; the temp file is removed on error."""
     path = Path(path)
@@ -25,7 +74,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     # gives the file the usual umask permissions
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
-        with open(tmp, "wb") as out:
+        with writing(path), open(tmp, "wb") as out:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tablefree.fileio import writing
+
 MAGIC = 20240520
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
@@ -36,12 +38,16 @@ def write_shard(path: str | Path, tokens: np.ndarray, vocab_size: int) -> None:
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = (MAGIC, version, tokens.size)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(header.tobytes())
-        handle.write(tokens.astype(dtype, copy=False).tobytes())
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with writing(path), open(tmp, "wb") as handle:
+            handle.write(header.tobytes())
+            handle.write(tokens.astype(dtype, copy=False).tobytes())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk (or a kill) leaves no partial shard
+        raise
 
 
 def read_header(path: str | Path) -> tuple[int, int]:

@@ -49,7 +49,7 @@ from tqdm import tqdm
 from tablefree.config_parsing import load_yaml, to_dict
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.loader import TokenLoader, read_manifest, verify_dataset
-from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, write_json_atomic, write_text_atomic, writing
 from tablefree.hardware import Ceiling, datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
@@ -742,16 +742,17 @@ class Trainer:
                 "train_loss": state.last_train_loss,
                 "val_loss_estimate": state.last_val_loss_estimate,
             }
-            path = checkpoints.save_checkpoint(
-                self.run_dir,
-                state.step,
-                model_state,
-                train_state,
-                {"model": to_dict(self.model_config), "train": to_dict(self.config)},
-                meta,
-                self.tokenizer_path if self.tokenizer_path.exists() else None,
-                keep_last=self.config.keep_last,
-            )
+            with writing(checkpoints.staging_dir(self.run_dir, state.step)):
+                path = checkpoints.save_checkpoint(
+                    self.run_dir,
+                    state.step,
+                    model_state,
+                    train_state,
+                    {"model": to_dict(self.model_config), "train": to_dict(self.config)},
+                    meta,
+                    self.tokenizer_path if self.tokenizer_path.exists() else None,
+                    keep_last=self.config.keep_last,
+                )
         barrier()
         self.saved_at = state.step
         return path
@@ -914,8 +915,9 @@ class MetricsLog:
         if not self.enabled:
             return
         record = finite_or_null(record)
-        self.handle.write(json.dumps(record, allow_nan=False) + "\n")
-        self.handle.flush()
+        with writing(self.path):
+            self.handle.write(json.dumps(record, allow_nan=False) + "\n")
+            self.handle.flush()
         if self.tensorboard is not None:
             for key, value in record.items():
                 if key not in ("step",) and isinstance(value, (int, float)):
