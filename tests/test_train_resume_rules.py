@@ -140,3 +140,22 @@ def test_an_interrupted_run_prints_no_missing_numbers(monkeypatch, setup, tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_val_loss_estimate"] is None and not summary["completed"]
     assert checkpoints.latest_checkpoint(run_dir).name == "step_00000002"
+
+
+def test_a_tokenizer_mismatch_in_the_newest_checkpoint_falls_back_to_the_intact_older_one(
+    setup, tmp_path, capsys
+) -> None:
+    """Issue 26: a newest checkpoint recording another tokenizer (digests made consistent) failed the resume
+    outright instead of being skipped, like any other damage, for the intact checkpoint before it."""
+    run_dir = trained_run(setup, tmp_path, capsys)
+    more = ("--resume", "--run-dir", str(run_dir), "--allow-change", "budget")
+    assert tablefree(capsys, *more, "budget=4 steps")[0] == 0
+    newest = run_dir / "checkpoints" / "step_00000004"
+    meta = json.loads((newest / "meta.json").read_text())
+    (newest / "meta.json").write_text(json.dumps({**meta, "tokenizer_hash": "0" * 64}))
+    (newest / "COMPLETE").write_text(
+        json.dumps({"complete": True, "sha256": checkpoints.file_digests(newest)})
+    )
+    code, out, err = tablefree(capsys, *more, "budget=5 steps")
+    assert code == 0, err
+    assert "--resume: skipped step_00000004: " in out and "tokenizer" in out

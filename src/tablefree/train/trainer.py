@@ -1150,6 +1150,12 @@ def restore_checkpoint(
 ) -> TrainState:
     """Restore a run's model, optimizer, RNG and loader from ``checkpoint``; its TrainState. A damaged
     checkpoint is a CheckpointError naming the file (``_resume`` then tries the one before)."""
+    recorded = checkpoints.read_meta(checkpoint).get("tokenizer_hash")
+    if recorded != manifest.get("tokenizer_hash"):  # damage to skip, like any other (check_dataset vouched)
+        raise checkpoints.CheckpointError(
+            f"{checkpoint / META_FILE}: tokenizer {str(recorded)[:12]}…, not the dataset's "
+            f"{str(manifest.get('tokenizer_hash'))[:12]}…"
+        )
     saved = checkpoints.load_for_resume(
         checkpoint, model, optimizer, loader, tokenizer_hash=manifest.get("tokenizer_hash")
     )
@@ -1169,13 +1175,18 @@ def restore_checkpoint(
 
 
 def check_dataset(run_dir: Path, manifest: dict[str, Any], data_dir: Path) -> None:
-    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
+    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets: when no
+    checkpoint records the dataset's tokenizer (a newest one that alone differs is damage: _resume skips it)."""
+    verified = []
     for checkpoint in reversed(checkpoints.complete_checkpoints(run_dir)):
         try:
             checkpoints.verify_digests(checkpoint, only=(META_FILE,))
-            meta = checkpoints.read_meta(checkpoint)
+            verified.append((checkpoint, checkpoints.read_meta(checkpoint)))
         except checkpoints.CheckpointError:
             continue  # a damaged meta.json: _resume reports it
+    if any(meta.get("tokenizer_hash") == manifest.get("tokenizer_hash") for _, meta in verified):
+        return
+    for checkpoint, meta in verified[:1]:
         trained = meta.get("tokenizer_hash")
         if trained != manifest.get("tokenizer_hash"):
             raise ValueError(
