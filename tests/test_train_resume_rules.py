@@ -159,3 +159,36 @@ def test_a_tokenizer_mismatch_in_the_newest_checkpoint_falls_back_to_the_intact_
     code, out, err = tablefree(capsys, *more, "budget=5 steps")
     assert code == 0, err
     assert "--resume: skipped step_00000004: " in out and "tokenizer" in out
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes_identically(setup, tmp_path, capsys) -> None:
+    """Issue 26: a full disk during training was a raw OSError traceback. On a real small tmpfs (root only) it is
+    one line naming the mount and the file; once space is freed, --resume ends with the uninterrupted weights."""
+    import os
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)]).returncode
+    ):
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        _, _, config = setup
+        code, _, err = tablefree(capsys, "--config", str(config), "--run-dir", str(disk / "run"))
+        assert code == 1
+        (line,) = [line for line in err.splitlines() if "error" in line]
+        assert line.startswith(
+            f"tablefree train: error: no space left on {disk} while writing {disk}/run/"
+        ), err
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        code, _, err = tablefree(
+            capsys, "--resume-if-present", "--config", str(config), "--run-dir", str(disk / "run")
+        )
+        assert code == 0, err
+        reference = trained_run(setup, tmp_path, capsys)
+        final = "checkpoints/step_00000003/model.safetensors"
+        assert (disk / "run" / final).read_bytes() == (reference / final).read_bytes()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
