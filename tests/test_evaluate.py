@@ -676,7 +676,7 @@ def test_mismatched_tokenizer_is_refused(shared_data, checkpoint, tokenizer, tmp
         tokenizer_path=tmp_path / "other.json",
     )
     (bad / "tokenizer.json").write_text(tokenizer.to_str())  # the file no longer matches the recorded hash
-    with pytest.raises(ValueError, match="refusing to evaluate"):
+    with pytest.raises(ValueError, match="refusing to use it"):
         run_eval(bad, ["copa"], data_dir=shared_data / "eval", limit=2)
 
 

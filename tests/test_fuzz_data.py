@@ -26,9 +26,13 @@ import gzip
 import io
 import itertools
 import json
+import os
 import random
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -38,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tablefree.data.corpus import Corpus
+from tablefree.data.corpus import Corpus, JunkError
 from tablefree.data.loader import (
     TokenLoader,
     document_bounds,
@@ -191,20 +195,42 @@ def utf8_counts(body: bytes) -> tuple[int, int]:
     return len(body) - len(text.encode("utf-8")), sum(ord(c) > 127 for c in text)
 
 
+def stray_bytes(body: bytes) -> int:
+    """Of the bytes that are not UTF-8, those that do not read as Windows-1252 text either (the documented
+    rule): an undefined byte, a symbol between two letters, an uppercase letter right after a lowercase one."""
+    text = body.decode("utf-8", "surrogateescape")
+    escaped = [0xDC80 <= ord(c) <= 0xDCFF for c in text]
+    legacy = [
+        bytes([ord(c) - 0xDC00]).decode("cp1252", "replace") if bad else (c if c.isascii() else " ")
+        for c, bad in zip(text, escaped, strict=True)
+    ]
+    stray = 0
+    for i in (i for i, bad in enumerate(escaped) if bad):
+        char, before = legacy[i], legacy[i - 1] if i else " "
+        after = legacy[i + 1] if i + 1 < len(legacy) else " "
+        if char.isalpha():
+            stray += char.isupper() and before.islower()
+        elif char != "’":
+            stray += char == "\ufffd" or (before.isalpha() and after.isalpha())
+    return stray
+
+
 def check_encoding_choice(payload: bytes, encoding: str, kinds: set[str]) -> None:
     """The reader's encoding must follow its documented rule, checked here against the bytes."""
-    body = payload[3:] if payload.startswith(codecs.BOM_UTF8) else payload
+    bom8 = payload.startswith(codecs.BOM_UTF8)
+    body = payload[3:] if bom8 else payload
     invalid, multibyte = utf8_counts(body)
     if payload.startswith(UTF16_BOMS):
         invalid -= 2
+    utf8 = bom8 or invalid <= 0 or multibyte >= invalid or 2 * stray_bytes(body) > invalid
     if encoding == "utf-16":
         assert payload.startswith(UTF16_BOMS) and b"\x00" in payload
         payload.decode("utf-16")  # the whole file must decode
     elif encoding in ("utf-8", "utf-8-sig"):
-        assert (encoding == "utf-8-sig") == payload.startswith(codecs.BOM_UTF8)
-        assert invalid <= 0 or multibyte >= invalid
+        assert (encoding == "utf-8-sig") == bom8
+        assert utf8
     else:
-        assert encoding in ("cp1252", "latin-1") and invalid > multibyte
+        assert encoding in ("cp1252", "latin-1") and not utf8
         assert not multibyte or "mixed-encoding" in kinds  # UTF-8 read as legacy text is reported
 
 
@@ -229,6 +255,13 @@ def bad_lines(payload: bytes, encoding: str) -> list[int]:
     return found
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"a key twice in {keys}")
+    return dict(pairs)
+
+
 def reference_jsonl(text: str) -> tuple[list[str], dict[int, str]]:
     docs, junk = [], {}
     for number, line in enumerate(text.split("\n"), start=1):
@@ -236,7 +269,7 @@ def reference_jsonl(text: str) -> tuple[list[str], dict[int, str]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=unique_keys)
         except (ValueError, RecursionError):
             junk[number] = "invalid-json"
             continue
@@ -307,6 +340,8 @@ def read_corpus_file(
     check_encoding_choice(payload, info.encoding, kinds)
     text = reference_text(payload, info.encoding)
     if kind == "txt":
+        if info.encoding == "utf-8-sig":
+            text = text.lstrip("\ufeff")  # no byte-order mark enters the text, a doubled one neither
         expected = [clean(text)] if clean(text).strip() else []
         line_junk: dict[int, str] = {}
     else:
@@ -664,3 +699,282 @@ def test_fuzz_prepare_journal(prepared, tmp_path) -> None:
         shutil.rmtree(work)
     record("prepare-journal", outcomes)
     assert sum(outcomes.values()) == 60 and outcomes["error"] and outcomes["read"]
+
+
+# -- issue 26: what a corpus directory holds besides files, stray bytes, a key twice --------------------------
+
+
+@pytest.fixture
+def watchdog():
+    """Fail, rather than hang, when reading blocks (a FIFO opened for reading waits for a writer forever)."""
+
+    def expire(signum, frame):
+        raise AssertionError("reading the corpus hung")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def ascii_book(rng: random.Random, lines: int = 60) -> str:
+    words = ["the", "whale", "sea", "ship", "captain", "deck", "rope", "storm", "harbour", "sail"]
+    return "".join(
+        " ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + "\n" for _ in range(lines)
+    )
+
+
+def make_entry(rng: random.Random, root: Path, outside: Path, name: str, kind: str) -> tuple[str | None, str]:
+    """Create one entry ``name`` of ``kind`` under ``root``; returns (the junk kind the listing must report or
+    None when the entry's books are read, what the entry is)."""
+    path = root / name
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "not-regular", kind
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+        return "not-regular", kind
+    if kind == "dangling":
+        path.symlink_to(root / "no-such-book.txt")
+        return "dangling-link", kind
+    if kind == "loop":
+        path.symlink_to(root / f"{name}.other")
+        (root / f"{name}.other").symlink_to(path)
+        return "link-loop", kind
+    if kind == "ancestor":
+        path.mkdir()
+        (path / "up").symlink_to(root)
+        return "link-loop", kind
+    if kind == "linked-dir":
+        target = outside / name
+        target.mkdir(parents=True)
+        (target / "linked.txt").write_text(ascii_book(rng, 5))
+        path.symlink_to(target)
+        return None, kind
+    if kind == "same-file":
+        path.symlink_to(root / "book.txt")
+        return "duplicate", kind
+    raise ValueError(kind)
+
+
+ENTRY_KINDS = ["fifo", "dev-zero", "dangling", "loop", "ancestor", "linked-dir", "same-file"]
+
+
+def test_fuzz_corpus_directories_name_every_entry_not_read(tmp_path, watchdog) -> None:
+    """Issue 26: inside a corpus directory, dangling links, link loops, linked subdirectories, FIFOs and links to
+    /dev/zero were skipped without a word, or hung the scan. Every entry is now read or named with its kind."""
+    rng = random.Random("entries")
+    outcomes: Counter = Counter()
+    for variant in range(30):
+        root, outside = tmp_path / f"c{variant}", tmp_path / f"outside{variant}"
+        (root / "deep" / "er").mkdir(parents=True)
+        outside.mkdir()
+        (root / "book.txt").write_text(ascii_book(rng, 5))
+        (root / "deep" / "er" / "inner.txt").write_text(ascii_book(rng, 5))
+        expected_junk, expected_read = {}, {"book.txt", "deep/er/inner.txt"}
+        for i in range(rng.randint(1, 4)):
+            kind = rng.choice(ENTRY_KINDS)
+            name = f"{rng.choice(['', 'deep/', 'deep/er/'])}{kind}{i}" + (
+                ".txt" if rng.random() < 0.7 else ""
+            )
+            if kind in ("same-file", "loop") and not name.endswith(".txt"):
+                name += ".txt"  # an unsupported suffix is reported as such before its target is looked at
+            junk_kind, _ = make_entry(rng, root, outside, name, kind)
+            if junk_kind is None:
+                expected_read.add(f"{name}/linked.txt")
+            else:
+                expected_junk[name] = junk_kind
+                if kind == "loop":
+                    expected_junk[f"{name}.other"] = "link-loop"
+            if kind == "ancestor":
+                expected_junk[f"{name}/up"] = expected_junk.pop(name)
+        corpus = Corpus(root)
+        summary = corpus.scan()
+        read = {info.file for info in summary.files if info.encoding}
+        junk = {j.file: j.kind for j in summary.junk}
+        unsupported = {name for name, kind in junk.items() if kind == "unsupported"}
+        assert read == expected_read, f"variant {variant}"
+        assert {k: v for k, v in junk.items() if k not in unsupported} == {
+            k: v for k, v in expected_junk.items() if k not in unsupported
+        }, f"variant {variant}"
+        assert all(not k.endswith(".txt") for k in unsupported)
+        assert len(list(corpus.documents())) == len(expected_read)
+        outcomes.update(expected_junk.values())
+        outcomes["read"] += len(expected_read)
+    record("corpus-entries", outcomes)
+    assert all(outcomes[kind] for kind in ("not-regular", "dangling-link", "link-loop", "duplicate"))
+
+
+def run_cli(*args: str, as_user: bool = False, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``tablefree ARGS`` as a user starts it. ``as_user``: without root's right to read any file (the
+    capabilities that bypass file permissions are dropped), so a mode-000 file is unreadable as for anyone."""
+    command = [sys.executable, "-m", "tablefree.cli", *args]
+    if as_user and os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: a mode-000 file is readable")
+        command = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    assert "Traceback" not in result.stderr, result.stderr
+    return [line for line in result.stderr.splitlines() if "error" in line]
+
+
+def test_unreadable_files_and_directories_are_named_not_raised(tmp_path, tokenizer_file) -> None:
+    """Issue 26: a mode-000 corpus file ended `data prepare` in a raw PermissionError; an unreadable subdirectory
+    was skipped without a word. (As root the test drops the capabilities that let root read anything.)"""
+    root = tmp_path / "c"
+    (root / "locked").mkdir(parents=True)
+    rng = random.Random("unreadable")
+    (root / "book.txt").write_text(ascii_book(rng))
+    (root / "locked" / "hidden.txt").write_text(ascii_book(rng))
+    (root / "secret.txt").write_text(ascii_book(rng))
+    (root / "secret.txt").chmod(0)
+    (root / "locked").chmod(0)
+    try:
+        scan = run_cli("data", "scan", str(root), as_user=True)
+        out = tmp_path / "d"
+        prepare = run_cli(
+            "data", "prepare", str(root), "--out", str(out), "--tokenizer", str(tokenizer_file),
+            "--val-fraction", "0", "--no-progress", as_user=True,
+        )  # fmt: skip
+        alone = run_cli(
+            "data", "prepare", str(root / "secret.txt"), "--out", str(tmp_path / "e"), "--no-progress", as_user=True
+        )  # fmt: skip
+    finally:
+        (root / "locked").chmod(0o755)
+        (root / "secret.txt").chmod(0o644)
+    for result in (scan, prepare):
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "secret.txt: unreadable: cannot be read (Permission denied)" in result.stdout
+        assert "locked: unreadable: directory not listed (Permission denied)" in result.stdout
+    (error,) = error_lines(alone)
+    assert alone.returncode == 1 and "secret.txt: no valid document" in error and "unreadable 1" in error
+
+
+@pytest.mark.parametrize("entry", ["fifo", "dev-zero"])
+def test_a_fifo_or_a_device_given_as_the_corpus_never_hangs(tmp_path, entry) -> None:
+    """Issue 26: a FIFO or a link to /dev/zero given as the corpus hung `data prepare` and `data scan`."""
+    path = tmp_path / "corpus.txt"
+    os.mkfifo(path) if entry == "fifo" else path.symlink_to("/dev/zero")
+    for verb in (["data", "scan"], ["data", "prepare", "--out", str(tmp_path / "d")]):
+        result = run_cli(*verb, str(path), timeout=60)
+        (error,) = error_lines(result)
+        assert (
+            result.returncode == 1 and "corpus.txt: not-regular: " in error and "not a regular file" in error
+        )
+
+
+def test_fuzz_stray_bytes_in_ascii_and_bom_books(tmp_path) -> None:
+    """Issue 26: one stray byte in a pure-ASCII book made the whole file CP1252 (the byte became `€` mid-word);
+    stray bytes in a UTF-8 book with a BOM did the same, and the BOM entered the text as `ï»¿`. The reference
+    check holds the reader to its documented rule; the BOM never reaches a document."""
+    rng = random.Random("stray")
+    outcomes: Counter = Counter()
+    for variant in range(80):
+        book = ascii_book(rng, rng.randint(20, 200))
+        bom = rng.random() < 0.4
+        if bom and rng.random() < 0.5:
+            book = book.replace("e", "é", 1)  # a UTF-8 character beside the stray bytes
+        data = insert(rng, book.encode(), bytes(range(0x80, 0x100)))
+        kind = rng.choice(["txt", "jsonl"])
+        if kind == "jsonl":  # the stray bytes inside JSON strings
+            data = b"".join(b'{"text": "' + line + b'"}\n' for line in data.split(b"\n") if line)
+        data = codecs.BOM_UTF8 + data if bom else data
+        try:
+            outcome, docs = read_corpus_file(tmp_path / "c", f"book.{kind}", data, kind, None)
+        except AssertionError as error:
+            raise AssertionError(f"variant {variant}: {error}") from error
+        assert not any("\ufeff" in doc or "ï»¿" in doc for doc in docs), f"variant {variant}"
+        encoding = Corpus(tmp_path / "c").scan().files[0].encoding
+        if bom:
+            assert encoding == "utf-8-sig", f"variant {variant}"
+        outcomes[f"{encoding}, {outcome}"] += 1
+    # the issue's own case: a stray 0x80 mid-word in an ASCII book is dropped and reported, not read as €
+    book = ascii_book(rng).replace("whale", "wh\x80ale", 1)
+    (tmp_path / "c" / "book.txt").write_bytes(book.encode("latin-1"))
+    (tmp_path / "c" / "book.jsonl").unlink(missing_ok=True)
+    corpus = Corpus(tmp_path / "c")
+    summary = corpus.scan()
+    assert list(corpus.documents()) == [book.replace("\x80", "")] and summary.files[0].encoding == "utf-8"
+    line = next(number for number, text in enumerate(book.split("\n"), start=1) if "\x80" in text)
+    assert [str(j) for j in summary.junk] == [
+        f"book.txt:{line}: invalid-utf8: 1 byte(s) not UTF-8 dropped: 80"
+    ]
+    record("corpus-stray-bytes", outcomes)
+    assert any(k.startswith("utf-8,") for k in outcomes) and any(k.startswith("utf-8-sig") for k in outcomes)
+
+
+def test_fuzz_jsonl_records_with_a_key_twice(tmp_path) -> None:
+    """Issue 26: a `"text"` key written twice kept the last value and dropped the real text without a word."""
+    rng = random.Random("duplicate-keys")
+    outcomes: Counter = Counter()
+    for variant in range(40):
+        records = base_jsonl(rng)
+        i = rng.randrange(len(records))
+        key = rng.choice(["text", "text", "id"])
+        second = json.dumps(rng.choice(["the real text?", "", 7, None]))
+        first = json.dumps(records[i])
+        records[i] = (
+            first[:-1] + f', "{key}": {second}}}'
+            if rng.random() < 0.5
+            else f'{{"{key}": {second}, ' + first[1:]
+        )
+        outcome, _ = read_corpus_file(tmp_path / "c", "docs.jsonl", jsonl_bytes(records), "jsonl", None)
+        summary = Corpus(tmp_path / "c").scan()
+        assert [(j.line, j.kind) for j in summary.junk] == [(i + 1, "invalid-json")], f"variant {variant}"
+        assert f"duplicate key '{key}'" in summary.junk[0].detail
+        with pytest.raises(JunkError, match=rf"docs\.jsonl:{i + 1}: invalid-json: duplicate key"):
+            Corpus(tmp_path / "c", strict=True).scan()
+        outcomes[outcome] += 1
+    record("corpus-duplicate-keys", outcomes)
+    assert outcomes == Counter({"read, parts reported": 40})
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs: a real full disk (ENOSPC from the kernel), mounted as root, or the test is skipped."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)]).returncode
+    ):
+        pytest.skip("mounting a small tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_prepare_recovers_byte_identically(tmp_path, tokenizer_file, small_disk):
+    """Issue 26: a full disk gave raw OSError tracebacks in `data prepare`; it is one line naming the mount and
+    the file, no partial file stays, and once space is freed the same command finishes the identical dataset."""
+    rng = random.Random("full-disk")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"book{i}.txt").write_text(ascii_book(rng, 600))
+    args = [
+        "--tokenizer",
+        str(tokenizer_file),
+        "--val-fraction",
+        "0",
+        "--shard-tokens",
+        "4096",
+        "--no-progress",
+    ]
+    full = run_cli("data", "prepare", str(corpus), "--out", str(small_disk / "d"), *args)
+    (error,) = error_lines(full)
+    assert full.returncode == 1
+    assert re.fullmatch(
+        rf"tablefree data: error: no space left on {small_disk} while writing {small_disk}/d/\S+", error
+    )
+    assert not [p for p in (small_disk / "d").iterdir() if ".tmp." in p.name]
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
+    assert run_cli("data", "prepare", str(corpus), "--out", str(small_disk / "d"), *args).returncode == 0
+    assert run_cli("data", "prepare", str(corpus), "--out", str(tmp_path / "ref"), *args).returncode == 0
+    for name in sorted(p.name for p in (tmp_path / "ref").iterdir() if p.suffix == ".bin"):
+        assert (small_disk / "d" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+    assert read_manifest(small_disk / "d")["splits"] == read_manifest(tmp_path / "ref")["splits"]

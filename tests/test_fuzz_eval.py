@@ -305,6 +305,13 @@ MUTATIONS: dict[str, Callable[[bytes, random.Random], bytes]] = {
 # The independent reader a correct read must agree with
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"a key twice in {keys}")
+    return dict(pairs)
+
+
 def reference_records(task: Task, root: Path) -> list[dict]:
     """What the files say, read independently: UTF-8 (optional BOM), one JSON object per non-blank line."""
 
@@ -312,7 +319,7 @@ def reference_records(task: Task, root: Path) -> list[dict]:
         text = path.read_bytes().decode("utf-8-sig")
         return [line for line in text.split("\n") if line.strip(" \t\r\n\x0b\x0c")]
 
-    records = [json.loads(line) for line in lines(root / task.files[0])]
+    records = [json.loads(line, object_pairs_hook=unique_keys) for line in lines(root / task.files[0])]
     if task.name == "piqa":
         labels = lines(root / task.files[1])
         records = [{**r, "label": int(label)} for r, label in zip(records, labels, strict=True)]
@@ -406,3 +413,44 @@ def test_the_valid_files_read_correctly(tmp_path, tokenizer) -> None:
             (root / relative).parent.mkdir(parents=True, exist_ok=True)
             (root / relative).write_bytes(data)
         assert classify(TASKS[task_name], root, root / TASKS[task_name].files[0], tokenizer) == "read"
+
+
+def duplicate_key(data: bytes, rng: random.Random) -> tuple[bytes, int]:
+    """One record with one of its keys written twice, the two values different (the wrong one first or last,
+    at the top level or nested); returns the bytes and the line."""
+    lines = _lines(data)
+    number = rng.choice([i for i, line in enumerate(lines) if line.strip().startswith(b"{")])
+    record = json.loads(lines[number])
+    containers = [record, *(v for v in record.values() if isinstance(v, dict) and v)]
+    container = rng.choice(containers)
+    key = rng.choice(list(container))
+    wrong = rng.choice([v for v in WRONG_VALUES if v != container[key]])
+    marker = "__AGAIN__"
+    items = list(container.items())
+    items.insert(rng.choice([0, len(items)]), (marker, wrong))  # the wrong value first or last
+    container.clear()
+    container.update(items)
+    text = json.dumps(record, ensure_ascii=False).replace(json.dumps(marker), json.dumps(key))
+    lines[number] = text.encode("utf-8")
+    return b"\n".join(lines), number + 1
+
+
+def test_a_key_twice_in_an_eval_record_is_refused_naming_file_and_line(tmp_path, tokenizer) -> None:
+    """Issue 26: a record naming a key twice with two values was scored with the last one, silently."""
+    rng = random.Random(f"{SEED}-duplicate")
+    refused = 0
+    for task_name, files in valid_files().items():
+        task = TASKS[task_name]
+        for variant in range(3):
+            root = tmp_path / f"{task_name}{variant}"
+            for relative, data in files.items():
+                (root / relative).parent.mkdir(parents=True, exist_ok=True)
+                (root / relative).write_bytes(data)
+            data, line = duplicate_key(files[task.files[0]], rng)
+            (root / task.files[0]).write_bytes(data)
+            with pytest.raises(ValueError, match="duplicate key") as caught:
+                encode_task(prepare_task(task, root), tokenizer, max_len=10**9)
+            assert f"{root / task.files[0]}:{line}: " in str(caught.value)
+            refused += 1
+    print(f"\neval-file duplicate keys: {refused} variants, all refused naming file and line")
+    assert refused == 3 * len(TASKS)

@@ -448,3 +448,24 @@ def test_export_of_a_damaged_checkpoint_names_the_file(tmp_path, tokenizer_path)
     ):
         export_hf(tmp_path / "ck", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_export_and_generate_refuse_a_tokenizer_the_checkpoint_did_not_record(
+    tmp_path, tokenizer_path, capsys
+):
+    """Issue 26: `export` shipped, and `generate` used, a tokenizer whose hash disagreed with the checkpoint's
+    recorded one (2,048 tokens beside a 4,096 vocabulary)."""
+    make_checkpoint(tmp_path / "ck", _config("canonical"), tokenizer_path)
+    other = make_tokenizer(tmp_path / "other.json", vocab_size=300)
+    (tmp_path / "ck" / "tokenizer.json").write_bytes(other.read_bytes())  # swapped beside the weights
+    with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+    assert main(["generate", str(tmp_path / "ck"), "--prompt", "the", "--max-new-tokens", "2"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("tablefree generate: error: tokenizer ") and "does not match" in line
+    # the recorded tokenizer given explicitly is used; another one given explicitly is refused
+    (tmp_path / "ck" / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
+    export_hf(tmp_path / "ck", tmp_path / "hf", tokenizer_path=tokenizer_path)
+    with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
+        export_hf(tmp_path / "ck", tmp_path / "hf2", tokenizer_path=other)

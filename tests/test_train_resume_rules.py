@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from tablefree.checkpoint import layout
+from tablefree.checkpoint.training import file_digests
 from tablefree.cli import main
 from tablefree.train import trainer
 from tablefree.train.recipe import lr_at
@@ -141,3 +142,53 @@ def test_an_interrupted_run_prints_no_missing_numbers(monkeypatch, setup, tmp_pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["final_val_loss_estimate"] is None and not summary["completed"]
     assert layout.latest_checkpoint(run_dir).name == "step_00000002"
+
+
+def test_a_tokenizer_mismatch_in_the_newest_checkpoint_falls_back_to_the_intact_older_one(
+    setup, tmp_path, capsys
+) -> None:
+    """Issue 26: a newest checkpoint recording another tokenizer (digests made consistent) failed the resume
+    outright instead of being skipped, like any other damage, for the intact checkpoint before it."""
+    run_dir = trained_run(setup, tmp_path, capsys)
+    more = ("--resume", "--run-dir", str(run_dir), "--allow-change", "budget")
+    assert tablefree(capsys, *more, "budget=4 steps")[0] == 0
+    newest = run_dir / "checkpoints" / "step_00000004"
+    meta = json.loads((newest / "meta.json").read_text())
+    (newest / "meta.json").write_text(json.dumps({**meta, "tokenizer_hash": "0" * 64}))
+    (newest / "COMPLETE").write_text(json.dumps({"complete": True, "sha256": file_digests(newest)}))
+    code, out, err = tablefree(capsys, *more, "budget=5 steps")
+    assert code == 0, err
+    assert "--resume: skipped step_00000004: " in out and "tokenizer" in out
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes_identically(setup, tmp_path, capsys) -> None:
+    """Issue 26: a full disk during training was a raw OSError traceback. On a real small tmpfs (root only) it is
+    one line naming the mount and the file; once space is freed, --resume ends with the uninterrupted weights."""
+    import os
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)]).returncode
+    ):
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        _, _, config = setup
+        code, _, err = tablefree(capsys, "--config", str(config), "--run-dir", str(disk / "run"))
+        assert code == 1
+        (line,) = [line for line in err.splitlines() if "error" in line]
+        assert line.startswith(
+            f"tablefree train: error: no space left on {disk} while writing {disk}/run/"
+        ), err
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        code, _, err = tablefree(
+            capsys, "--resume-if-present", "--config", str(config), "--run-dir", str(disk / "run")
+        )
+        assert code == 0, err
+        reference = trained_run(setup, tmp_path, capsys)
+        final = "checkpoints/step_00000003/model.safetensors"
+        assert (disk / "run" / final).read_bytes() == (reference / final).read_bytes()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

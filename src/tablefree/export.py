@@ -42,7 +42,7 @@ import tablefree
 from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
 from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
 from tablefree.config_parsing import to_dict
-from tablefree.data.tokenizer import eot_id, load_tokenizer
+from tablefree.data.tokenizer import checked_tokenizer, eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.interfaces.options import InterfaceConfig
@@ -241,6 +241,7 @@ def export_hf(
         raise FileNotFoundError(
             f"{tokenizer_file}: no tokenizer.json in the checkpoint; pass tokenizer_path= / --tokenizer"
         )
+    checked_tokenizer(source, tokenizer_path)  # the tokenizer whose hash the checkpoint recorded, or an error
     special = special_token_ids(tokenizer_file, config.vocab_size)
 
     state_fn, config_fn = (

@@ -3,14 +3,17 @@
 Every output is written atomically: a synced temp file (``.NAME.tmp.PID``) renamed into place, so a reader (or a
 crash) never sees a half-written file that looks whole; ``atomic_path`` serves writers that need a path (safetensors,
 tokenizers, matplotlib), ``staged_directory`` whole directories. JSON is written strict (``strict_json``: no NaN)
-and read with the file and line of any error (``read_json``, with an explicit choice for a missing file).
+and read with the file and line of any error, a key twice included (``read_json``, with an explicit choice for a
+missing file). A full disk is one ``DiskFullError`` naming the mount and the file (``writing``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import json.scanner
 import math
 import os
 import shutil
@@ -19,6 +22,54 @@ from pathlib import Path
 from typing import Any
 
 RAISE: Any = object()  # read_json's default for a missing file: FileNotFoundError
+
+
+class DiskFullError(OSError):
+    """A write failed for want of space: "no space left on MOUNT while writing FILE" (errno ENOSPC)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(
+            errno.ENOSPC, f"no space left on {_mount_point(Path(path))} while writing {path}", str(path)
+        )
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _mount_point(path: Path) -> str:
+    path = path.absolute()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return str(path)
+
+
+def _out_of_space(error: BaseException, path: Path) -> bool:
+    """ENOSPC, also from libraries that drop the errno (safetensors says "os error 28"; torch.save only that a
+    write failed): then the file system's free space, nearly none left, tells."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    if "os error 28" in str(error) or "No space left on device" in str(error):
+        return True
+    directory = next((p for p in (path, *path.parents) if p.exists()), None)
+    try:
+        stats = os.statvfs(directory)
+    except (OSError, TypeError):
+        return False
+    return stats.f_bavail * stats.f_frsize < 1 << 20
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Around the writes of ``path`` (a file or a directory being assembled): a full disk becomes one clear
+    DiskFullError naming the mount and the file, whatever the writer raised."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as error:
+        if _out_of_space(error, Path(path)):
+            raise DiskFullError(path) from error
+        raise
 
 
 @contextlib.contextmanager
@@ -30,9 +81,10 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     # gives the file the usual umask permissions
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}{suffix}")
     try:
-        yield tmp
-        with open(tmp, "rb") as written:
-            os.fsync(written.fileno())
+        with writing(path):
+            yield tmp
+            with open(tmp, "rb") as written:
+                os.fsync(written.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -70,10 +122,45 @@ def strict_json(value: Any) -> Any:
     return value
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names a key twice."""
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads(..., object_pairs_hook=no_duplicate_keys)``: an object that names a key twice is a
+    DuplicateKeyError naming the key (plain ``json`` keeps the last value and drops the first without a word)."""
+    record = dict(pairs)
+    if len(record) < len(pairs):
+        seen: set[str] = set()
+        key = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKeyError(f"duplicate key {key!r}")
+    return record
+
+
+def _object_line(text: str) -> int | None:
+    """The line where the object with a duplicate key starts (the error path of ``read_json``: the pure-Python
+    scanner, unlike the C one, lets a wrapper see where each object starts)."""
+    starts: list[int] = []
+    decoder = json.JSONDecoder(object_pairs_hook=no_duplicate_keys)
+
+    def parse_object(s_and_end, *args):
+        try:
+            return json.decoder.JSONObject(s_and_end, *args)
+        except DuplicateKeyError:
+            starts.append(s_and_end[1])  # the innermost object fails first
+            raise
+
+    decoder.parse_object = parse_object
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)
+    with contextlib.suppress(ValueError, RecursionError):
+        decoder.decode(text)
+    return text.count("\n", 0, starts[0]) + 1 if starts else None
+
+
 def read_json(path: str | Path, default: Any = RAISE) -> Any:
     """A JSON file; malformed JSON (also bytes that are not UTF-8, nesting too deep for the parser, integers
-    over Python's 4,300-digit limit) is a ValueError that names the file, and the line where there is one. A
-    missing file is a FileNotFoundError, or ``default`` when one is given."""
+    over Python's 4,300-digit limit, a key twice in one object) is a ValueError that names the file, and the line
+    where there is one. A missing file is a FileNotFoundError, or ``default`` when one is given."""
     path = Path(path)
     if default is not RAISE and not path.exists():
         return default
@@ -84,11 +171,16 @@ def read_json(path: str | Path, default: Any = RAISE) -> Any:
         line = data.count(b"\n", 0, error.start) + 1
         raise ValueError(f"{path}: malformed JSON (bytes that are not UTF-8 at line {line})") from None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: malformed JSON ({error.msg} at line {error.lineno})") from None
     except RecursionError:
         raise ValueError(f"{path}: malformed JSON (nested too deeply)") from None
+    except DuplicateKeyError as error:
+        line = _object_line(text)
+        raise ValueError(
+            f"{path}: {error} in the object starting at line {line} (a key may appear once)"
+        ) from None
     except ValueError as error:  # e.g. an integer over the 4,300-digit limit of int()
         raise ValueError(f"{path}: malformed JSON ({str(error)[:200]})") from None
 

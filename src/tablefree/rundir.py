@@ -29,6 +29,7 @@ from typing import Any
 from tablefree import fileio
 from tablefree.compat import FINAL_ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
+from tablefree.fileio import DuplicateKeyError
 
 SWEEP_CONFIG = "compare.yaml"
 RUNS_DIR = "runs"
@@ -116,7 +117,9 @@ def read_jsonl(path: str | Path) -> list[dict]:
     rows = []
     for index, (number, line) in enumerate(numbered):
         try:
-            rows.append(json.loads(line))
+            rows.append(json.loads(line, object_pairs_hook=fileio.no_duplicate_keys))
+        except DuplicateKeyError as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
         except json.JSONDecodeError:
             if index == len(numbered) - 1:
                 continue

@@ -3,12 +3,14 @@
 
 Conventions shared by every verb (README "Command-line conventions"): ``KEY=VALUE`` overrides may stand
 anywhere on the command line of a verb that takes them; lists are comma-separated (``--tasks a,b``,
-``--seeds 0,1``); errors are one line, ``tablefree VERB: error: ...``, with exit status 1 (2 for usage).
+``--seeds 0,1``); errors are one line, ``tablefree VERB: error: ...``, with exit status 1 (2 for usage); a full
+disk too ("no space left on MOUNT while writing FILE").
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -118,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as error:
         sys.stdout.flush()  # what was printed so far comes before the error, not after it
         print(f"tablefree {args.verb}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        sys.stdout.flush()
+        where = (
+            f" while writing {error.filename}" if error.filename and "while writing" not in str(error) else ""
+        )
+        print(f"tablefree {args.verb}: error: {error.strerror if where else error}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"tablefree {args.verb}: interrupted", file=sys.stderr)

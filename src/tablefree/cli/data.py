@@ -246,7 +246,9 @@ def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
     if "encoding_fallbacks" in corpus:
         lines.append(
             f"read {corpus['files']} files, {corpus['documents']:,} documents; "
-            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks)"
+            f"encodings {corpus['encodings']} ({corpus['encoding_fallbacks']} fallbacks"
+            + (": " + ", ".join(corpus["fallback_files"][:max_items]) if corpus.get("fallback_files") else "")
+            + ")"
         )
     junk = corpus.get("junk_items", [])
     if junk:

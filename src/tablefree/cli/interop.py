@@ -179,9 +179,8 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from tablefree.checkpoint.layout import TOKENIZER_FILE
     from tablefree.checkpoint.model_dir import load_model
-    from tablefree.data.tokenizer import load_tokenizer
+    from tablefree.data.tokenizer import checked_tokenizer
     from tablefree.generate import check_sampling, generate, print_stream
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
@@ -192,10 +191,7 @@ def run_generate(args: argparse.Namespace) -> int:
             "transformers' AutoModelForCausalLM"
         )
     model, directory = load_model(args.checkpoint, device=args.device)
-    tokenizer_path = directory / TOKENIZER_FILE
-    if not tokenizer_path.exists():
-        raise FileNotFoundError(f"{tokenizer_path}: the checkpoint has no tokenizer")
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer, _ = checked_tokenizer(directory)  # the tokenizer whose hash the checkpoint recorded
     if not args.no_echo:
         print_stream(args.prompt)
     try:

@@ -1,6 +1,9 @@
 """Reading raw text corpora: files, encodings and junk.
 
-A corpus is one or more paths; directories are read recursively in sorted order. Supported files:
+A corpus is one or more paths; directories are read recursively in sorted order, following links to files and
+directories. Only regular files are opened: every other entry found is named as junk with the reason (a
+dangling link, a link loop, a FIFO, device or socket, an unreadable file or directory, a file or directory
+reached a second time through a link), never skipped without a word and never read from. Supported files:
 
 - ``.txt`` — one document per file;
 - ``.jsonl`` — one JSON object per line, the document in a named field (``text_field``, default ``"text"``);
@@ -9,15 +12,18 @@ A corpus is one or more paths; directories are read recursively in sorted order.
 ``.txt`` and ``.jsonl`` may also be compressed: ``.txt.gz``, ``.jsonl.zst`` and so on.
 
 Encodings are detected per file: UTF-8 (with or without a byte-order mark), also when a few bytes are not
-UTF-8 (fewer than its valid non-ASCII characters: those bytes are dropped and reported by line); UTF-16 after a
+UTF-8 (those bytes are dropped and reported by line): always after a UTF-8 byte-order mark, and otherwise when
+they are fewer than its valid non-ASCII characters, or when most of them do not read as text in
+Windows-1252 either (a symbol between two letters, ``wh€ale``; an undefined byte; see ``_stray_bytes``): a
+pure-ASCII book with a stray byte is UTF-8 with one bad byte, not Windows-1252; UTF-16 after a
 UTF-16 byte-order mark, only when the whole file decodes as UTF-16 and holds the NUL bytes UTF-16 text has;
 otherwise the file is decoded as Windows-1252, or as ISO-8859-1 (Latin-1) when it holds bytes that CP1252 leaves
 undefined. The two agree on every byte outside 0x80–0x9F, so a file without such bytes is reported as
-``latin-1``. Files that needed a fallback are counted in the summary. NUL and other control characters (C0 but
+``latin-1``. Files that needed a fallback are counted in the summary. A byte-order mark never enters the text. NUL and other control characters (C0 but
 tab, newline, VT, form feed and CR; DEL; C1) and lone surrogates are dropped from the text and counted per file.
 
 Junk is counted and named, never silently dropped: binary files, empty files and documents, unreadable
-(corrupt) compressed files, invalid JSON lines, records without the text field (or with a non-string one),
+(corrupt) compressed files, invalid JSON lines (a key twice in one object among them), records without the text field (or with a non-string one),
 files of unsupported types, bytes that are not UTF-8, control characters, JSON nested too deeply or with
 integers over Python's 4,300-digit limit. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
 names the file and line. Blank lines in JSONL files are not junk.
@@ -29,10 +35,14 @@ Use :class:`Corpus`: ``scan()`` makes one pass (sha256 of every file, encodings,
 from __future__ import annotations
 
 import codecs
+import errno
 import gzip
+import hashlib
 import io
 import json
+import os
 import re
+import stat
 import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -41,7 +51,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from tablefree.fileio import sha256_file
+from tablefree.fileio import no_duplicate_keys
 
 READ_BLOCK = 1 << 20
 SNIFF_BYTES = 8192
@@ -79,7 +89,7 @@ class Junk:
 @dataclass
 class FileInfo:
     file: str
-    sha256: str
+    sha256: str | None  # None for a file that could not be read
     bytes: int
     encoding: str | None  # None for junk files and parquet (UTF-8 by specification)
     documents: int
@@ -123,7 +133,8 @@ class CorpusSummary:
         lines = [
             f"{len(self.files)} files, {self.documents:,} documents, {self.bytes / 1e6:.1f} MB",
             "encodings: " + ", ".join(f"{name} {n}" for name, n in self.encodings.items()),
-            f"encoding fallbacks (CP1252/Latin-1): {len(self.fallback_files)} files",
+            f"encoding fallbacks (CP1252/Latin-1): {len(self.fallback_files)} files"
+            + _named(self.fallback_files),
         ]
         if self.junk:
             counts = Counter(j.kind for j in self.junk)
@@ -145,26 +156,115 @@ class JunkError(CorpusError):
 
 
 def list_sources(paths: str | Path | Sequence[str | Path]) -> tuple[list[SourceFile], list[Junk]]:
-    """The corpus files under ``paths`` (directories recursively, sorted), and the unsupported files found."""
+    """The corpus files under ``paths`` (directories recursively, sorted, links followed), and the junk found
+    on the way: unsupported files and every entry that is not read, with the reason."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files, unsupported = [], []
+    walk = _Walk()
     for root in map(Path, paths):
-        if not root.exists():
+        if not root.exists() and not root.is_symlink():
             raise FileNotFoundError(f"corpus path not found: {root}")
-        if root.is_dir():
-            found = sorted(p for p in root.rglob("*") if p.is_file())
-            base = root
+        # files of a directory are named relative to it; a file given directly, by its name
+        walk.visit(root, "" if root.is_dir() else root.name, frozenset())
+    return walk.files, walk.junk
+
+
+class _Walk:
+    """One listing of a corpus: the regular files found, and the junk (with its reason) for the rest."""
+
+    def __init__(self) -> None:
+        self.files: list[SourceFile] = []
+        self.junk: list[Junk] = []
+        self.seen: dict[tuple[int, int], str] = {}  # (device, inode) of each file and directory listed
+
+    def visit(self, path: Path, rel: str, ancestors: frozenset[tuple[int, int]]) -> None:
+        """List ``path``, named ``rel`` in the summary ("": a corpus root directory, named by its path)."""
+        name = rel or str(path)
+        try:
+            info = path.stat()  # follows links
+        except OSError as error:
+            self.junk.append(_unreachable(path, name, error))
+            return
+        key = (info.st_dev, info.st_ino)
+        if stat.S_ISDIR(info.st_mode):
+            if key in ancestors:
+                self.junk.append(
+                    Junk(name, None, "link-loop", "a link back to a directory above it: not read")
+                )
+            elif key in self.seen:
+                self.junk.append(
+                    Junk(name, None, "duplicate", f"the directory {self.seen[key]} again: not read twice")
+                )
+            else:
+                self.seen[key] = name
+                self._directory(path, rel, ancestors | {key})
+        elif not stat.S_ISREG(info.st_mode):
+            kind = _file_kind(info.st_mode)
+            self.junk.append(Junk(name, None, "not-regular", f"{kind}, not a regular file: not read"))
+        elif key in self.seen:
+            self.junk.append(Junk(rel, None, "duplicate", f"the file {self.seen[key]} again: not read twice"))
         else:
-            found, base = [root], root.parent
-        for path in found:
-            rel = path.relative_to(base).as_posix()
+            self.seen[key] = rel
             kind, compression = file_type(path)
             if kind is None:
-                unsupported.append(Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet ({path.name})"))
+                self.junk.append(Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet ({path.name})"))
             else:
-                files.append(SourceFile(path, rel, kind, compression))
-    return files, unsupported
+                self.files.append(SourceFile(path, rel, kind, compression))
+
+    def _directory(self, path: Path, rel: str, ancestors: frozenset[tuple[int, int]]) -> None:
+        try:
+            names = sorted(entry.name for entry in os.scandir(path))
+        except OSError as error:
+            detail = f"directory not listed ({error.strerror or error})"
+            self.junk.append(Junk(rel or str(path), None, "unreadable", detail))
+            return
+        for name in names:  # sorted names at every level: the order of the sorted relative paths
+            self.visit(path / name, f"{rel}/{name}" if rel else name, ancestors)
+
+
+def _unreachable(path: Path, rel: str, error: OSError) -> Junk:
+    if error.errno == errno.ELOOP:
+        return Junk(rel, None, "link-loop", "links that lead back to each other: not read")
+    if path.is_symlink() and isinstance(error, FileNotFoundError):
+        return Junk(
+            rel, None, "dangling-link", f"a link to {os.readlink(path)}, which does not exist: not read"
+        )
+    return Junk(rel, None, "unreadable", f"cannot be read ({error.strerror or error})")
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
+def open_regular(path: Path) -> io.BufferedReader:
+    """``path`` opened for reading, refused unless it is a regular file: a FIFO or a device (or a link to one,
+    such as /dev/zero) would block the open or never end. O_NONBLOCK makes opening a FIFO return at once."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{_file_kind(mode)}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _unreadable_file(source: SourceFile, error: OSError) -> Junk:
+    return Junk(source.rel, None, "unreadable", f"cannot be read ({error.strerror or error}): not read")
+
+
+def _sha256(source: SourceFile) -> str:
+    digest = hashlib.sha256()
+    with open_regular(source.path) as handle:
+        while block := handle.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def file_type(path: Path) -> tuple[str | None, str | None]:
@@ -180,13 +280,25 @@ def file_type(path: Path) -> tuple[str | None, str | None]:
 
 def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
     """A binary stream of the file's (decompressed) bytes."""
-    if source.compression == "gz":
-        return gzip.open(source.path, "rb")
     if source.compression == "zst":
         zstandard = _zstandard(source)
-        raw = open(source.path, "rb")  # noqa: SIM115 - closed with the stream
-        return io.BufferedReader(_ZstdStream(raw, zstandard), READ_BLOCK)
-    return open(source.path, "rb")
+        return io.BufferedReader(_ZstdStream(open_regular(source.path), zstandard), READ_BLOCK)
+    raw = open_regular(source.path)
+    return _GzipStream(raw) if source.compression == "gz" else raw
+
+
+class _GzipStream(gzip.GzipFile):
+    """A gzip stream over an open file, which it closes (GzipFile leaves a file it was given open)."""
+
+    def __init__(self, raw: io.BufferedReader) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._source_file = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._source_file.close()
 
 
 class _ZstdStream(io.RawIOBase):
@@ -263,6 +375,7 @@ class _Sniffed:
 
     invalid: int = 0  # bytes that are not UTF-8
     multibyte: int = 0  # non-ASCII characters that are valid UTF-8
+    stray: int = 0  # of the invalid bytes, those that do not read as text in Windows-1252 either
     nul: bool = False
     has_text: bool = False
     c1: bool = False
@@ -273,8 +386,9 @@ class _Sniffed:
 def sniff_stream(source: SourceFile) -> tuple[str, Junk | None]:
     """Stream a file once: its encoding, or ("junk", why) for a binary or empty file. Memory stays O(block).
 
-    UTF-8 when every byte is UTF-8, and also when the bytes that are not are fewer than the valid non-ASCII
-    characters (a UTF-8 file with a few damaged bytes: they are dropped and reported by line when read).
+    UTF-8 when every byte is UTF-8, and also when a few are not (dropped and reported by line when read): after a
+    UTF-8 byte-order mark, or when they are fewer than the valid non-ASCII characters, or when most of
+    them do not read as text in Windows-1252 either (``_stray_bytes``).
     UTF-16 only after a UTF-16 byte-order mark, when the whole file decodes as UTF-16 and holds the NUL bytes
     UTF-16 text always has (FF FE followed by UTF-8 is UTF-8 with two bad bytes). Otherwise Windows-1252, or Latin-1
     when a byte that Windows-1252 leaves undefined occurs."""
@@ -327,9 +441,32 @@ def _count_utf8(text: str, found: _Sniffed) -> None:
         text.encode("utf-8")  # fails exactly when surrogateescape kept a byte that is not UTF-8
         invalid = 0
     except UnicodeEncodeError:
-        invalid = sum(len(run) for run in _ESCAPED_BYTES.findall(text))
+        invalid = 0
+        for run in _ESCAPED_BYTES.finditer(text):
+            invalid += len(run.group())
+            found.stray += _stray_bytes(text, run.start(), run.end())
     found.invalid += invalid
     found.multibyte += len(text) - len(text.encode("ascii", "ignore")) - invalid
+
+
+def _stray_bytes(text: str, start: int, end: int) -> int:
+    """How many of the bytes that are not UTF-8 in ``text[start:end]`` (kept by surrogateescape) do not read
+    as text in Windows-1252: an undefined byte, a symbol between two letters (``wh€ale``), an
+    uppercase letter right after a lowercase one (``whÉale``). Legacy text reads as text: ``Laocoön``,
+    ``IRENÉ``, ``don’t``, ``“quoted”``, ``£5``."""
+    legacy = bytes(ord(c) - 0xDC00 for c in text[start:end]).decode("cp1252", errors="replace")
+    before, after = text[start - 1 : start] or " ", text[end : end + 1] or " "
+    context = (before if before.isascii() else " ") + legacy + (after if after.isascii() else " ")
+    stray = 0
+    for i, char in enumerate(legacy, start=1):
+        previous, following = context[i - 1], context[i + 1]
+        if char.isalpha():
+            stray += char.isupper() and previous.islower()
+        elif char in "’'":
+            continue
+        else:
+            stray += char == "\ufffd" or (previous.isalpha() and following.isalpha())
+    return stray
 
 
 def _choose_encoding(found: _Sniffed, bom8: bool, bom16: bool) -> str:
@@ -338,7 +475,9 @@ def _choose_encoding(found: _Sniffed, bom8: bool, bom16: bool) -> str:
     # text without them may still decode as UTF-16, as gibberish.
     if bom16 and found.utf16 and found.nul:
         return "utf-16"
-    if invalid == 0 or found.multibyte >= invalid:
+    # A UTF-8 byte-order mark declares UTF-8; without one, a few bytes that are not UTF-8 among more valid UTF-8
+    # characters, or bytes that mostly do not read as legacy text either, are damage to drop and report
+    if bom8 or invalid <= found.multibyte or 2 * found.stray > invalid:
         return "utf-8-sig" if bom8 else "utf-8"
     return "cp1252" if found.c1 and not found.undefined else "latin-1"
 
@@ -347,7 +486,7 @@ def decode_bytes(data: bytes, encoding: str) -> str:
     """Decode with an encoding chosen by :func:`sniff_stream`: UTF-8 keeps bytes that are not UTF-8 as
     U+DC80-U+DCFF (surrogateescape) for :func:`drop_bad_characters` to drop and report."""
     if encoding in ("utf-8", "utf-8-sig"):
-        if encoding == "utf-8-sig" and data.startswith(codecs.BOM_UTF8):
+        while encoding == "utf-8-sig" and data.startswith(codecs.BOM_UTF8):  # no mark enters the text
             data = data[len(codecs.BOM_UTF8) :]
         return data.decode("utf-8", errors="surrogateescape")
     return data.decode(encoding)
@@ -500,8 +639,14 @@ class Corpus:
         summary = CorpusSummary(junk=list(self._pending_junk))
         self.document_chars = []
         for source in tqdm(self.sources, desc="scanning", unit="file", disable=not progress):
-            info = FileInfo(source.rel, sha256_file(source.path), source.path.stat().st_size, None, 0)
-            info.encoding = self._file_encoding(source, summary.junk)
+            info = FileInfo(source.rel, None, 0, None, 0)
+            try:
+                info.sha256, info.bytes = _sha256(source), source.path.stat().st_size
+            except OSError as error:  # a mode-000 file, say: said, and not read again by documents()
+                self._junk(_unreadable_file(source, error), summary.junk)
+                self._encodings[source.rel] = info.encoding = "junk"
+            else:
+                info.encoding = self._file_encoding(source, summary.junk)
             if info.encoding != "junk":
                 for item in self._file_documents(source, info.encoding):
                     if isinstance(item, Junk):
@@ -513,7 +658,10 @@ class Corpus:
                 info.encoding = None
             summary.files.append(info)
         if not self.sources:
-            raise ValueError(f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}")
+            skipped = "".join(f"; {junk}" for junk in summary.junk[:3])
+            raise ValueError(
+                f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}{skipped}"
+            )
         self.summary = summary
         return summary
 
@@ -569,7 +717,11 @@ class Corpus:
             try:
                 import pyarrow.parquet as pq
 
-                pq.ParquetFile(source.path, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
+                with open_regular(source.path) as handle:
+                    pq.ParquetFile(handle, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
+            except OSError as error:
+                self._junk(_unreadable_file(source, error), found)
+                encoding = "junk"
             except Exception as error:
                 self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
                 encoding = "junk"
@@ -578,10 +730,11 @@ class Corpus:
         try:
             encoding, problem = sniff_stream(source)
         except _decompression_errors() as error:
-            encoding, problem = (
-                "junk",
-                Junk(source.rel, None, "unreadable", f"corrupt {source.compression} data ({error})"),
-            )
+            if source.compression is None or getattr(error, "filename", None) == str(source.path):
+                problem = _unreadable_file(source, error)  # opening or reading the file itself failed
+            else:
+                problem = Junk(source.rel, None, "unreadable", f"corrupt {source.compression} data ({error})")
+            encoding = "junk"
         if problem is not None:
             self._junk(problem, found)
         self._encodings[source.rel] = encoding
@@ -625,7 +778,7 @@ class Corpus:
                 if not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line, object_pairs_hook=no_duplicate_keys)
                 except RecursionError:
                     yield Junk(source.rel, line_no, "invalid-json", "nested too deeply")
                     continue
@@ -657,21 +810,22 @@ class Corpus:
         bad = _BadCharacters(source.rel)
         row = 0
         try:
-            parquet = pq.ParquetFile(source.path, page_checksum_verification=True)
-            if self.text_field not in parquet.schema_arrow.names:
-                yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
-                return
-            for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
-                for value in batch.column(0).to_pylist():
-                    row += 1
-                    yield self._record_text({self.text_field: value}, source.rel, row, bad)
-            if row != parquet.metadata.num_rows:  # a damaged page header can shorten a column silently
-                yield Junk(
-                    source.rel,
-                    None,
-                    "unreadable",
-                    f"read {row} rows, the file's metadata says {parquet.metadata.num_rows}: damaged pages",
-                )
+            with open_regular(source.path) as handle:
+                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+                if self.text_field not in parquet.schema_arrow.names:
+                    yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
+                    return
+                for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
+                    for value in batch.column(0).to_pylist():
+                        row += 1
+                        yield self._record_text({self.text_field: value}, source.rel, row, bad)
+                if row != parquet.metadata.num_rows:  # a damaged page header can shorten a column silently
+                    yield Junk(
+                        source.rel,
+                        None,
+                        "unreadable",
+                        f"read {row} rows, the file's metadata says {parquet.metadata.num_rows}: damaged pages",
+                    )
         except Exception as error:  # pyarrow raises its own errors (ArrowInvalid, OSError) for corrupt data
             yield Junk(
                 source.rel,
@@ -680,6 +834,14 @@ class Corpus:
                 f"corrupt parquet data after row {row} ({_short(str(error))})",
             )
         yield from bad.summary()
+
+
+def _named(files: list[str], limit: int = 5) -> str:
+    """ ": a, b, c and 2 more" (nothing for no files)."""
+    if not files:
+        return ""
+    more = f" and {len(files) - limit} more" if len(files) > limit else ""
+    return ": " + ", ".join(files[:limit]) + more
 
 
 def _hex(raw: bytes, limit: int = 16) -> str:

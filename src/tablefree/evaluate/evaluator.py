@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
-from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
+from tablefree.checkpoint.layout import META_FILE
 from tablefree.checkpoint.model_dir import load_model
 from tablefree.cpu_memory import keep_freed_memory
+from tablefree.data.tokenizer import checked_tokenizer
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (
@@ -307,34 +308,6 @@ def evaluate_task(
 
 # ------------------------------------------------------------------------------------------------------------
 # Tokenizer checks
-
-
-def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
-    """(tokenizer, its hash) for a checkpoint; refuses one that differs from the checkpoint's record."""
-    from tablefree.data.tokenizer import load_tokenizer, tokenizer_hash
-
-    recorded = read_json(directory / META_FILE, default={}).get("tokenizer_hash")
-    own_file = directory / TOKENIZER_FILE
-    if tokenizer is None and not own_file.exists():
-        raise FileNotFoundError(
-            f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass tokenizer=PATH / --tokenizer PATH"
-        )
-    source = own_file if tokenizer is None else tokenizer
-    tok = load_tokenizer(str(source))
-    digest = tokenizer_hash(tok)
-    if recorded is not None and digest != recorded:
-        raise ValueError(
-            f"tokenizer {source} (sha256 {digest[:12]}…) does not match the tokenizer_hash "
-            f"{recorded[:12]}… recorded in {directory / META_FILE}; refusing to evaluate"
-        )
-    if tokenizer is not None and own_file.exists():
-        own = tokenizer_hash(load_tokenizer(str(own_file)))
-        if own != digest:
-            raise ValueError(
-                f"tokenizer {source} (sha256 {digest[:12]}…) differs from the checkpoint's own "
-                f"{own_file} ({own[:12]}…); refusing to evaluate"
-            )
-    return tok, digest
 
 
 def prefix_token_id(tokenizer) -> int:

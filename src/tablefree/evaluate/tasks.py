@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tablefree.fileio import DuplicateKeyError, no_duplicate_keys
+
 ENV_EVAL_DATA = "TABLEFREE_EVAL_DATA"
 DEFAULT_EVAL_DATA = Path("~/.cache/tablefree/eval")
 ALL = "all"
@@ -130,11 +132,14 @@ def _no_constant(name: str) -> None:
 
 
 def parse_json_line(line: str, where: str) -> dict:
-    """One JSON object; malformed JSON, NaN, absurd numbers and nesting are errors naming ``where``."""
+    """One JSON object; malformed JSON, NaN, absurd numbers, nesting and a key twice are errors naming
+    ``where``."""
     try:
-        record = json.loads(line, parse_constant=_no_constant)
+        record = json.loads(line, parse_constant=_no_constant, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: malformed JSON ({error.msg} at column {error.colno})") from None
+    except DuplicateKeyError as error:
+        raise ValueError(f"{where}: {error} (a key may appear once; which value is meant?)") from None
     except RecursionError:
         raise ValueError(f"{where}: JSON nested too deeply") from None
     except ValueError as error:  # integers over sys.get_int_max_str_digits() digits, NaN, Infinity

@@ -434,9 +434,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
                     + f" ({entry['n']} seeds)"
                 )
             edge = " (at the grid's edge: the best rate may lie beyond it)" if cell["at_edge"] else ""
-            lines.append(
-                f"| {interface} | " + " | ".join(values) + f" | **{cell['chosen']:g}**{edge} |"
-            )
+            lines.append(f"| {interface} | " + " | ".join(values) + f" | **{cell['chosen']:g}**{edge} |")
         shared = check["shared_rate"]
         if shared is None:
             continue

@@ -18,6 +18,7 @@ import torch
 from tablefree.checkpoint import sharded
 from tablefree.checkpoint.layout import (
     COMPLETE_MARKER,
+    META_FILE,
     SHARDED_DIR,
     TRAIN_STATE_FILE,
     CheckpointError,
@@ -28,11 +29,13 @@ from tablefree.checkpoint.training import (
     full_state,
     load_for_resume,
     load_newest,
+    read_meta,
     rng_state,
     save_checkpoint,
     set_aside,
 )
 from tablefree.data.loader import Dataset, TokenLoader
+from tablefree.fileio import writing
 from tablefree.train.parallelize import DistInfo, barrier
 from tablefree.train.recipe import Plan
 from tablefree.train.state import TrainState
@@ -91,6 +94,14 @@ def restore(
 ) -> TrainState:
     """Restore a run's model, optimizer, RNG and loader from ``checkpoint``; its TrainState. A damaged
     checkpoint is a CheckpointError naming the file (``resume`` then tries the one before)."""
+    recorded = read_meta(checkpoint).get("tokenizer_hash")
+    if (
+        recorded != dataset.tokenizer_hash
+    ):  # damage to skip, like any other (the dataset check vouched for one)
+        raise CheckpointError(
+            f"{checkpoint / META_FILE}: tokenizer {str(recorded)[:12]}…, not the dataset's "
+            f"{str(dataset.tokenizer_hash)[:12]}…"
+        )
     saved = load_for_resume(checkpoint, model, optimizer, loader, tokenizer_hash=dataset.tokenizer_hash)
     where = checkpoint / TRAIN_STATE_FILE
     state = TrainState.from_state_dict(saved, where=str(where))
@@ -141,16 +152,17 @@ def save(
             "rng": rng_state(),
             "loader": loader.state_dict(),
         }
-        path = save_checkpoint(
-            run_dir,
-            state.step,
-            model_state,
-            train_state,
-            config,
-            meta,
-            tokenizer_path,
-            keep_last=keep_last,
-            keep_steps=keep_steps,
-        )
+        with writing(staging_dir(run_dir, state.step)):  # a full disk: one line naming the file
+            path = save_checkpoint(
+                run_dir,
+                state.step,
+                model_state,
+                train_state,
+                config,
+                meta,
+                tokenizer_path,
+                keep_last=keep_last,
+                keep_steps=keep_steps,
+            )
     barrier()
     return path

@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from tablefree import cpu_threads
-from tablefree.fileio import strict_json, write_text_atomic
+from tablefree.fileio import strict_json, write_text_atomic, writing
 from tablefree.hardware import Ceiling
 from tablefree.model_config import ModelConfig
 from tablefree.params import ParamBreakdown, param_breakdown
@@ -66,8 +66,9 @@ class MetricsLog:
         if not self.enabled:
             return
         record = strict_json(record)
-        self.handle.write(json.dumps(record, allow_nan=False) + "\n")
-        self.handle.flush()
+        with writing(self.path):
+            self.handle.write(json.dumps(record, allow_nan=False) + "\n")
+            self.handle.flush()
         if self.tensorboard is not None:
             for key, value in record.items():
                 if key not in ("step",) and isinstance(value, (int, float)):

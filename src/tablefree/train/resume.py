@@ -268,14 +268,19 @@ def verify_dataset_on_all_ranks(dataset: Dataset, info: DistInfo) -> None:
 
 
 def verify_dataset_matches_run(run_dir: Path, dataset: Dataset) -> None:
-    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets."""
+    """Resuming onto a dataset tokenized differently from the run's is refused, naming both datasets: when no
+    checkpoint records the dataset's tokenizer (a newest one that alone differs is damage: resuming skips it)."""
     manifest = dataset.manifest
+    verified = []
     for checkpoint in reversed(complete_checkpoints(run_dir)):
         try:
             verify_digests(checkpoint, only=(META_FILE,))
-            meta = read_meta(checkpoint)
+            verified.append((checkpoint, read_meta(checkpoint)))
         except CheckpointError:
             continue  # a damaged meta.json: resuming reports it
+    if any(meta.get("tokenizer_hash") == manifest.get("tokenizer_hash") for _, meta in verified):
+        return
+    for checkpoint, meta in verified[:1]:
         trained = meta.get("tokenizer_hash")
         if trained != manifest.get("tokenizer_hash"):
             raise ValueError(
