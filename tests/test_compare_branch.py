@@ -21,6 +21,7 @@ RECIPE = {
     "seq_len": 32,
     "optim": {"lr": 3e-3},
     "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
+    "compile": False,
     "log_every": 1,
     "val_every": 4,
     "val_batches": 2,
@@ -70,6 +71,11 @@ def test_branching_refuses_what_would_not_be_the_same_run(tmp_path: Path) -> Non
     config = branched(tmp_path, data)
     config.train = {**RECIPE, "schedule": {"name": "wsd", "warmup_steps": 0, "decay_fraction": 1.0}}
     with pytest.raises(ValueError, match="cannot branch"):
+        plan_runs(config)
+    # compile: auto would compile a long trunk and not a short budget's own run
+    config = branched(tmp_path, data)
+    config.train = {**RECIPE, "compile": "auto"}
+    with pytest.raises(ValueError, match="set compile: true or false"):
         plan_runs(config)
     with pytest.raises(ValueError, match="at least two budgets"):
         from_dict(CompareConfig, {"grid": {"budget": ["8 steps"], "branch": True}})

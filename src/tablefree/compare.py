@@ -417,6 +417,12 @@ def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
                 f"grid.branch: {trunk.name} uses schedule.name={schedule.name!r}; budgets branch only from the "
                 "stable phase of a wsd schedule (set schedule.name: wsd)"
             )
+        if not isinstance(configs[trunk.name].compile, bool):
+            raise ValueError(
+                f"grid.branch: {trunk.name} has compile: {configs[trunk.name].compile!r}; set compile: true or "
+                "false, since `auto` decides per budget (a long trunk compiles, a short budget would not) and a "
+                "branch would then not compute what its budget trained from scratch computes"
+            )
         points = []
         for run in branches:
             start = decay_start(steps[run.name], schedule)
