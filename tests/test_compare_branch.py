@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweep_helpers import topics_dataset
 from tablefree.compare import CompareConfig, plan_runs, rate_name, run_sweep
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.data.loader import TokenLoader
@@ -145,17 +146,9 @@ def test_a_branched_budget_is_the_run_trained_from_scratch(tmp_path: Path) -> No
     """The branch resumes its trunk's stable phase and decays on its own: bit-identical weights and losses to a
     from-scratch run of its budget, for the decay's tokens only. With a selection split, each run is scored on
     the training windows it never saw."""
-    from pydoc_data.topics import topics
-
-    from tablefree.data.prepare import prepare_dataset
     from tablefree.train.trainer import train
 
-    corpus = tmp_path / "topics.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
-    )
-    data = tmp_path / "data"
-    prepare_dataset(corpus, data, vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    data = topics_dataset(tmp_path)
     config = branched(tmp_path, data)
     config.interfaces, config.seeds = ["canonical"], [1]
     config.train = {**RECIPE, "data": {"select_every": 10}}
@@ -200,16 +193,7 @@ def test_a_branched_budget_is_the_run_trained_from_scratch(tmp_path: Path) -> No
 def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> None:
     """Each interface's rate is the lowest mean selection-split loss; the report shows the gap at the shared
     rate beside the gap at each interface's own rate."""
-    from pydoc_data.topics import topics
-
-    from tablefree.data.prepare import prepare_dataset
-
-    corpus = tmp_path / "topics.jsonl"
-    corpus.write_text(
-        "".join(json.dumps({"text": topics[k]}) + "\n" for k in sorted(topics)), encoding="utf-8"
-    )
-    data = tmp_path / "data"
-    prepare_dataset(corpus, data, vocab_size=512, val_fraction=0.1, workers=1, progress=False)
+    data = topics_dataset(tmp_path)
     config = branched(tmp_path, data)
     config.train = {**RECIPE, "budget": "8 steps", "data": {"select_every": 8}}
     config.grid = from_dict(CompareConfig, {"grid": {"lr": [3e-4, 1e-2]}}).grid
