@@ -31,6 +31,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--tokenizer", default=None, help="tokenizer.json to ship (default: the checkpoint's)"
     )
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    export.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     export.set_defaults(func=run_export)
 
     importer = subparsers.add_parser(
@@ -75,6 +80,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--seed", type=int, default=None, help="sampling seed; none: nondeterministic")
     gen.add_argument("--device", default="cpu", help="torch device, or auto for cuda when available")
     gen.add_argument("--no-echo", action="store_true", help="do not print the prompt before the continuation")
+    gen.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     gen.set_defaults(func=run_generate)
 
     lm_eval = subparsers.add_parser(
@@ -156,6 +166,7 @@ def run_export(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         tokenizer_path=args.tokenizer,
         overwrite=args.overwrite,
+        verify=not args.no_verify,
     )
     print(f"exported {args.checkpoint} -> {out}")
     return 0
@@ -185,7 +196,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from tablefree.generate import check_sampling, generate, print_stream
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
-    model, directory = load_model(args.checkpoint, device=args.device)
+    model, directory = load_model(args.checkpoint, device=args.device, verify=not args.no_verify)
     tokenizer_path = directory / TOKENIZER_FILE
     if not tokenizer_path.exists():
         raise FileNotFoundError(f"{tokenizer_path}: the checkpoint has no tokenizer")
