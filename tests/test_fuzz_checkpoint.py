@@ -54,9 +54,16 @@ def pristine(tmp_path_factory):
     model = build_model(read_model_config(newest))
     optimizer = build_optimizer(model, config)
     loader = TokenLoader.from_dir(data_dir, "train", 32, 4, seed=0)
+    # the same data for `eval --tasks validation`, which needs the documents' starts (one document here)
+    val_dir = root / "val-data"
+    shutil.copytree(data_dir, val_dir)
+    manifest = json.loads((val_dir / "manifest.json").read_text())
+    manifest["splits"]["val"]["document_starts"] = [0]
+    (val_dir / "manifest.json").write_text(json.dumps(manifest))
     return {
         "run_dir": run_dir,
         "data_dir": data_dir,
+        "val_dir": val_dir,
         "dataset": Dataset.open(data_dir),
         "model": model,
         "optimizer": optimizer,
@@ -358,7 +365,7 @@ def resave_f16(checkpoint: Path) -> None:
 def claim_5tb(checkpoint: Path) -> None:
     path = checkpoint / "config.json"
     config = json.loads(path.read_text())
-    config["model"].update(d_model=131072, n_heads=64, n_kv_heads=64, d_ff=1310720)  # 4.7 TB of fp32
+    config["model"].update(d_model=131072, n_heads=64, n_kv_heads=64, d_ff=1310720)  # 4.7 TB of fp32 weights
     path.write_text(json.dumps(config))
     record_fresh_digests(checkpoint)
 
@@ -378,7 +385,7 @@ READER_DAMAGE = {
     "inf": (poison(float("inf")), "model.safetensors: non-finite weights (NaN or inf) in head.weight"),
     "f32-as-i32": (relabel_as_i32, "tensor 'head.weight' is I32, but the checkpoint's model holds F32"),
     "f16-resave": (resave_f16, "is F16, but the checkpoint's model holds F32"),
-    "5tb-config": (claim_5tb, "config.json: describes a model of"),
+    "5tb-config": (claim_5tb, "(config.json describes a model of 4,673,027,702,784 bytes of weights"),
     "meta-list": (meta_as_list, "meta.json: expected a JSON object, found a JSON list"),
 }
 READERS = ("eval", "export", "generate")
@@ -431,7 +438,7 @@ def test_every_reader_refuses_a_damaged_checkpoint_and_a_run_falls_back(
     through_cli = READERS[index % len(READERS)]  # each reader's CLI is run for some of the cases
     for reader in READERS:
         if reader == through_cli:
-            result = cli(reader, newest, pristine["data_dir"], tmp_path)
+            result = cli(reader, newest, pristine["val_dir"], tmp_path)
             assert result.returncode == 1, (reader, result.stdout, result.stderr)
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and "Traceback" not in result.stderr, (reader, result.stderr)
@@ -439,11 +446,12 @@ def test_every_reader_refuses_a_damaged_checkpoint_and_a_run_falls_back(
             assert expected in lines[0], (reader, lines[0])
             continue
         with pytest.raises(layout.CheckpointError) as refused:
-            read_with(reader, newest, pristine["data_dir"], tmp_path)
+            read_with(reader, newest, pristine["val_dir"], tmp_path)
         message = str(refused.value)
         assert "\n" not in message and str(newest) in message and expected in message, (reader, message)
 
     # given the run directory, the older checkpoint is read instead, and stderr says which was skipped
+    read_with("eval", run_dir, pristine["val_dir"], tmp_path)  # (the evaluation itself works on it)
     capsys.readouterr()
     model, directory = load_model(run_dir)
     err = capsys.readouterr().err

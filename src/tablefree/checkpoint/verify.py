@@ -95,8 +95,9 @@ def check_weights_header(
     path: Path, expected: dict[str, tuple[tuple[int, ...], str]], config_path: Path
 ) -> None:
     """Before any tensor is allocated, from the header alone: exactly the model's tensors, each of the dtype
-    the model holds, the bytes the config's model needs bounded by the file's size (a config claiming a far
-    larger model is refused as such), and each tensor of the shape the config implies."""
+    the model holds and of the shape the config implies. The header's offsets lie inside the file
+    (``read_safetensors_header``), so the config's sizes are bounded by the file's; a config claiming a
+    larger model is refused naming both sizes."""
     try:
         headers = read_safetensors_header(path)
     except ValueError as error:
@@ -116,16 +117,16 @@ def check_weights_header(
             )
     needed = sum(_count(shape) * SAFETENSORS_DTYPE_BYTES.get(dtype, 4) for shape, dtype in expected.values())
     size = path.stat().st_size
-    if needed > size:
-        raise CheckpointError(
-            f"{config_path}: describes a model of {needed:,} bytes of weights, but {path.name} holds only "
-            f"{size:,} bytes"
-        )
+    bound = (
+        f" ({config_path.name} describes a model of {needed:,} bytes of weights; the file holds {size:,})"
+        if needed > size
+        else ""
+    )
     for name, (shape, _) in expected.items():
         if headers[name].shape != shape:
             raise CheckpointError(
                 f"{path}: tensor {name!r} has shape {list(headers[name].shape)}, but {config_path.name} "
-                f"implies {list(shape)}"
+                f"implies {list(shape)}{bound}"
             )
 
 
