@@ -472,6 +472,25 @@ def test_no_verify_skips_the_digests_and_says_so(pristine, tmp_path, capsys) -> 
     model, directory = load_model(newest, verify=False)
     assert directory == newest and "--no-verify" in capsys.readouterr().err
     assert all(torch.equal(model.state_dict()[k], v) for k, v in pristine["weights"][2].items())
+    from tablefree.cli import main
+
+    for argv in (
+        ["generate", str(newest), "--prompt", "a", "--max-new-tokens", "1", "--seed", "0"],
+        ["export", str(newest), str(tmp_path / "export")],
+        [
+            "eval",
+            str(newest),
+            "--tasks",
+            "validation",
+            "--val-data",
+            str(pristine["val_dir"]),
+            "--limit",
+            "1",
+        ],
+    ):
+        assert main(argv) == 1 and "records no sha256 digests" in capsys.readouterr().err, argv
+        assert main([*argv, "--no-verify"]) == 0, argv
+        assert "--no-verify" in capsys.readouterr().err, argv
     meta_as_list(newest)  # the structural checks stay on: they cost nothing and prevent tracebacks
     with pytest.raises(layout.CheckpointError, match=r"meta\.json: expected a JSON object"):
         load_model(newest, verify=False)
