@@ -21,7 +21,7 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree import build_model, preset
-from tablefree.checkpoint.model_dir import save_model
+from tablefree.checkpoint.model_dir import mark_complete, save_model
 from tablefree.cli import main as cli_main
 from tablefree.data.shards import write_shard
 from tablefree.data.tokenizer import tokenizer_hash
@@ -676,6 +676,7 @@ def test_mismatched_tokenizer_is_refused(shared_data, checkpoint, tokenizer, tmp
         tokenizer_path=tmp_path / "other.json",
     )
     (bad / "tokenizer.json").write_text(tokenizer.to_str())  # the file no longer matches the recorded hash
+    mark_complete(bad)  # its digest recorded afterwards: the tokenizer-hash check itself must catch it
     with pytest.raises(ValueError, match="refusing to use it"):
         run_eval(bad, ["copa"], data_dir=shared_data / "eval", limit=2)
 

@@ -219,7 +219,7 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
     """Checkpoints written before each interface had its own options hold all five fields, whatever the name."""
     import json
 
-    from tablefree.checkpoint.model_dir import load_model, save_model
+    from tablefree.checkpoint.model_dir import load_model, mark_complete, save_model
     from tablefree.model import build_model
     from tablefree.model_config import ModelConfig
 
@@ -231,6 +231,7 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
     flat = {"name": name, "lift": "tile", "values": "01", "bit_order": "lsb", "seed": 0}
     saved["model"]["interface"] = flat
     (tmp_path / "ck" / "config.json").write_text(json.dumps(saved))
+    mark_complete(tmp_path / "ck")  # as that version wrote it, whole
     loaded, _ = load_model(tmp_path / "ck")
     assert loaded.config.interface.name == name
     ids = torch.arange(300).view(3, 100)

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from interop_support import make_checkpoint, make_tokenizer
-from tablefree.checkpoint.model_dir import load_model, read_model_config
+from tablefree.checkpoint.model_dir import load_model, mark_complete, read_model_config
 from tablefree.cli import main
 from tablefree.export import export_hf, import_hf
 from tablefree.model_config import ModelConfig
@@ -436,12 +436,16 @@ def test_export_of_a_damaged_checkpoint_names_the_file(tmp_path, tokenizer_path)
     weights = tmp_path / "ck" / "model.safetensors"
     intact = weights.read_bytes()
     weights.write_bytes(intact[: len(intact) // 2])
+    with pytest.raises(ValueError, match=r"ck/model.safetensors: damaged after it was written"):
+        export_hf(tmp_path / "ck", tmp_path / "hf")
+    mark_complete(tmp_path / "ck")  # digests recorded after the damage: the header check still catches it
     with pytest.raises(ValueError, match=r"ck/model.safetensors: tensor .* ends at byte .*truncated"):
         export_hf(tmp_path / "ck", tmp_path / "hf")
     weights.write_bytes(intact)
     config = json.loads((tmp_path / "ck" / "config.json").read_text())
     config["model"]["d_ff"] = 128
     (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
+    mark_complete(tmp_path / "ck")
     with pytest.raises(
         ValueError,
         match=r"model.safetensors: tensor 'layers.0.mlp.w1.weight' has shape \[96, 64\], but .*config.json implies \[128, 64\]",

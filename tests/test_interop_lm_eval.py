@@ -273,6 +273,27 @@ def test_adapter_refuses_a_tokenizer_other_than_the_checkpoints(tmp_path):
         TablefreeLMEval(checkpoint=str(tmp_path / "ck"), tokenizer=str(other))
 
 
+def test_adapter_verifies_the_checkpoint_unless_told_not_to(tmp_path, capsys):
+    """The lm-eval adapter reads through load_model: altered weights are refused; `verify=False` skips
+    the digests and the finiteness check, and says so."""
+    from safetensors.torch import load_file, save_file
+
+    from tablefree.checkpoint.layout import CheckpointError
+
+    config = ModelConfig(vocab_size=300, d_model=32, n_layers=1, n_heads=2, d_ff=64, max_seq_len=32)
+    own = make_tokenizer(tmp_path / "own.json", vocab_size=300, texts=["alpha beta gamma " * 50])
+    make_checkpoint(tmp_path / "ck", config, own)
+    weights_path = tmp_path / "ck" / "model.safetensors"
+    weights = load_file(str(weights_path))
+    weights["head.weight"][0, 0] = float("nan")
+    save_file(weights, str(weights_path), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"model\.safetensors: damaged after it was written"):
+        TablefreeLMEval(checkpoint=str(tmp_path / "ck"))
+    capsys.readouterr()
+    adapter = get_model("tablefree").create_from_arg_string(f"checkpoint={tmp_path / 'ck'},verify=False")
+    assert adapter.model.head.weight.isnan().any() and "--no-verify" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def adapters(checkpoint, hf_dir):
     from lm_eval.models.huggingface import HFLM

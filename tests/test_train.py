@@ -14,6 +14,7 @@ import yaml
 from tablefree.checkpoint import layout, training
 from tablefree.checkpoint.layout import resolve_checkpoint
 from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.verify import file_digests
 from tablefree.config_parsing import from_dict
 from tablefree.train import state, trainer
 from tablefree.train.recipe import TrainConfig
@@ -190,12 +191,12 @@ def test_train_state_is_explicit_and_old_checkpoints_still_resume(data_dir, tmp_
     assert (
         saved["step"] == 2 and saved["best_val_loss_estimate"] == saved["last_val_loss_estimate"] is not None
     )
-    # a checkpoint written before the state was explicit carries both keys (and no digests): it still resumes
+    # a checkpoint written before the state was explicit carries both keys: it still resumes
     saved.update(schedule={"name": "cosine", "step": 2}, world_size=1)
     saved["last_val_loss"] = saved.pop("last_val_loss_estimate")  # the older name
     del saved["best_val_loss_estimate"], saved["skipped_steps"]
     torch.save(saved, path)
-    (path.parent / "COMPLETE").write_text('{"complete": true}')
+    (path.parent / "COMPLETE").write_text(json.dumps({"complete": True, "sha256": file_digests(path.parent)}))
     summary = train(micro_config(data_dir, budget="3 steps"), run_dir, resume=True, allow_change=["budget"])
     assert summary["completed"] and summary["step"] == 3
 

@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from tablefree.checkpoint import layout
 from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.verify import file_digests
 from tablefree.train import trainer
 from tablefree.train.resume import RunDirInUseError
 from tablefree.train.trainer import NonFiniteLossError, train
@@ -142,14 +143,14 @@ def test_resume_falls_back_past_a_damaged_newest_checkpoint(damage, data_dir, tm
     elif damage == "truncate_weights":
         path = newest / "model.safetensors"
         path.write_bytes(path.read_bytes()[:100])
-    else:  # a NaN-poisoned checkpoint written by an older version (no digests to catch it)
+    else:  # a NaN-poisoned checkpoint whose digests agree (recorded after the damage): the NaN check catches it
         path = newest / "model.safetensors"
         weights = load_file(str(path))
         weights["head.weight"][0, 0] = float("nan")
         from safetensors.torch import save_file
 
         save_file(weights, str(path), metadata={"format": "pt"})
-        (newest / "COMPLETE").write_text('{"complete": true}')
+        (newest / "COMPLETE").write_text(json.dumps({"complete": True, "sha256": file_digests(newest)}))
     capsys.readouterr()
     summary = train(config, run_dir, resume=True, allow_change=["budget"])
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from tablefree.checkpoint import layout
-from tablefree.checkpoint.training import file_digests
+from tablefree.checkpoint.verify import file_digests
 from tablefree.cli import main
 from tablefree.train import trainer
 from tablefree.train.recipe import lr_at

@@ -41,6 +41,7 @@ from safetensors.torch import load_file, save_file
 import tablefree
 from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
 from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
+from tablefree.checkpoint.verify import check_finite
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import checked_tokenizer, eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
@@ -222,6 +223,7 @@ def export_hf(
     dtype: str = "float32",
     tokenizer_path: str | Path | None = None,
     overwrite: bool = False,
+    verify: bool = True,
 ) -> Path:
     """Write ``out_dir`` as a ``transformers`` model directory (config, weights, generation config,
     tokenizer files, model card) from a tablefree checkpoint, run dir or directory of checkpoints.
@@ -233,7 +235,7 @@ def export_hf(
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
-    model, source = load_model(checkpoint, device="cpu")
+    model, source = load_model(checkpoint, device="cpu", verify=verify)
     config = model.config
     architecture = hf_architecture(config)
     tokenizer_file = Path(tokenizer_path) if tokenizer_path else source / TOKENIZER_FILE
@@ -453,13 +455,15 @@ def read_weight_headers(hf_dir: Path) -> dict[str, TensorInfo]:
 
 
 def load_tensors(headers: dict[str, TensorInfo]) -> dict[str, torch.Tensor]:
-    """Load the (already checked) tensors, file by file; a read error names the file."""
+    """Load the (already checked) tensors, file by file; a read error, or a NaN or inf, names the file."""
     state: dict[str, torch.Tensor] = {}
     for path in sorted({info.file for info in headers.values()}):
         try:
-            state.update(load_file(str(path)))
+            loaded = load_file(str(path))
         except Exception as error:  # safetensors raises its own error types
             raise ValueError(f"{path}: cannot read the weights ({error})") from None
+        check_finite(loaded, path)  # NaN or inf would be imported as if trained
+        state.update(loaded)
     return state
 
 

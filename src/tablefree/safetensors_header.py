@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 SAFETENSORS_DTYPE_BYTES = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
     "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
@@ -79,21 +77,3 @@ def _tensor_info(path: Path, name: str, info: Any, data_bytes: int) -> TensorInf
 
 def is_count(value: Any, allow_zero: bool = False) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= (0 if allow_zero else 1)
-
-
-def check_model_weights(path: Path, model: torch.nn.Module, config_path: Path) -> None:
-    """The weights file must hold exactly the model's saved tensors, with the shapes its config implies."""
-    headers = read_safetensors_header(path)
-    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    missing = sorted(set(expected) - set(headers))
-    unexpected = sorted(set(headers) - set(expected))
-    if missing or unexpected:
-        raise ValueError(
-            f"{path}: does not match {config_path.name}: missing {missing[:5]}, unexpected {unexpected[:5]}"
-        )
-    for name, shape in expected.items():
-        if headers[name].shape != shape:
-            raise ValueError(
-                f"{path}: tensor {name!r} has shape {list(headers[name].shape)}, but {config_path} implies "
-                f"{list(shape)}"
-            )

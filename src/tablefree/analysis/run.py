@@ -56,6 +56,7 @@ def run_analysis(
     batch_size: int = 8,
     log: Callable[[str], None] | None = None,
     split: str = "types",
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Analyse ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory); returns the analysis dict.
 
@@ -76,11 +77,11 @@ def run_analysis(
     if embedding_tokens is not None and (isinstance(embedding_tokens, bool) or embedding_tokens < 20):
         raise ValueError(f"embedding_tokens must be at least 20 (or None for all), got {embedding_tokens!r}")
     out_dir = check_out_dir(out) if out is not None else None
-    model, directory = load_model(checkpoint, device)
+    model, directory = load_model(checkpoint, device, verify=verify)
     data_dir = dataset_of(directory, data)
     manifest = read_manifest(data_dir)
     tok, tok_hash = matching_tokenizer(directory, data_dir, manifest, tokenizer, model.config.vocab_size)
-    ref = load_reference(reference, model, tok_hash, device) if reference is not None else None
+    ref = load_reference(reference, model, tok_hash, device, verify) if reference is not None else None
 
     say(f"bit probes on {data_dir}/val ({split} split), with controls")
     fit, score = probe_windows(model, data_dir, positions, batch_size, split)
@@ -171,10 +172,10 @@ def matching_tokenizer(
 
 
 def load_reference(
-    reference: str | Path, model: TablefreeLM, tok_hash: str, device: str
+    reference: str | Path, model: TablefreeLM, tok_hash: str, device: str, verify: bool = True
 ) -> tuple[TablefreeLM, Path]:
     """The reference model, refused when its vocabulary or tokenizer differs from the model's."""
-    ref, ref_dir = load_model(reference, device)
+    ref, ref_dir = load_model(reference, device, verify=verify)
     if ref.config.vocab_size != model.config.vocab_size:
         raise ValueError(
             f"reference {ref_dir}: vocabulary of {ref.config.vocab_size} ids, the model has "

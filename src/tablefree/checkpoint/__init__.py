@@ -17,7 +17,9 @@ optimizer, one file per rank) instead of ``model.safetensors`` and the optimizer
 - ``layout``: the names, the markers and finding checkpoints (no torch);
 - ``model_dir``: model files, written and read; ``load_model`` is the one way inference reads weights;
 - ``sharded``: the DCP part of a sharded checkpoint;
-- ``training``: a training checkpoint whole: save, digests, ``train_state.pt``, checks, restore, pruning.
+- ``training``: a training checkpoint whole: save, ``train_state.pt``, checks, restore, pruning;
+- ``verify``: the checks every reader runs before using a checkpoint (digests, JSON, the weights header
+  against the config before allocation, finite weights).
 
 Nothing here imports ``tablefree.train``: evaluation, export, report and analysis read checkpoints through this
 package alone.

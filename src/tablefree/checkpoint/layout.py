@@ -72,15 +72,21 @@ def staging_dir(run_dir: str | Path, step: int) -> Path:
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory from a checkpoint, a run directory, or a directory of ``step_*`` checkpoints:
     the newest complete one."""
+    return checkpoint_candidates(path)[0]
+
+
+def checkpoint_candidates(path: str | Path) -> list[Path]:
+    """What a reader given ``path`` may read, newest first: ``path`` alone when it is a checkpoint, else the
+    complete ``step_*`` checkpoints of a run directory (or of a directory of them)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     if is_complete(path):
-        return path
+        return [path]
     for parent in (path / CHECKPOINTS_DIR, path):
         steps = complete_steps(parent)
         if steps:
-            return steps[-1]
+            return steps[::-1]
     raise FileNotFoundError(
         f"{path}: no complete checkpoint (a {STEP_PREFIX}* directory with a {COMPLETE_MARKER} marker)"
     )

@@ -8,6 +8,7 @@ weights (full or sharded), so a check of what is read belongs in it.
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,24 @@ from tablefree.checkpoint.layout import (
     MODEL_FILE,
     SHARDED_DIR,
     TOKENIZER_FILE,
+    CheckpointError,
+    checkpoint_candidates,
+    first_line,
     resolve_checkpoint,
+)
+from tablefree.checkpoint.verify import (
+    check_finite,
+    check_weights_header,
+    expected_tensors,
+    file_digests,
+    read_json_object,
+    verify_digests,
 )
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.device import resolve_device
-from tablefree.fileio import atomic_path, read_json, write_json_atomic
+from tablefree.fileio import atomic_path, write_json_atomic
 from tablefree.model import TablefreeLM
 from tablefree.model_config import ModelConfig
-from tablefree.safetensors_header import check_model_weights
 
 
 def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -62,15 +73,22 @@ def write_safetensors_atomic(path: Path, state: dict[str, torch.Tensor]) -> None
 
 
 def mark_complete(directory: str | Path) -> None:
-    write_json_atomic(Path(directory) / COMPLETE_MARKER, {"complete": True})
+    """Written last, with every file's sha256, which each reader verifies (``checkpoint.verify``)."""
+    directory = Path(directory)
+    write_json_atomic(directory / COMPLETE_MARKER, {"complete": True, "sha256": file_digests(directory)})
 
 
 def read_model_config(checkpoint: str | Path) -> ModelConfig:
-    directory = resolve_checkpoint(checkpoint)
-    config = read_json(directory / CONFIG_FILE)
+    """The ModelConfig of a checkpoint (or of the newest one of a run); a config.json that is not a JSON object
+    with a valid 'model' section is a CheckpointError naming it."""
+    path = resolve_checkpoint(checkpoint) / CONFIG_FILE
+    config = read_json_object(path)
     if "model" not in config:
-        raise ValueError(f"{directory / CONFIG_FILE}: missing the 'model' section")
-    return from_dict(ModelConfig, config["model"], where=f"{directory / CONFIG_FILE}:model")
+        raise CheckpointError(f"{path}: missing the 'model' section")
+    try:
+        return from_dict(ModelConfig, config["model"], where=f"{path}:model")
+    except ValueError as error:
+        raise CheckpointError(first_line(error)) from None
 
 
 def empty_model(config: ModelConfig, device: str | torch.device = "cpu") -> TablefreeLM:
@@ -79,26 +97,80 @@ def empty_model(config: ModelConfig, device: str | torch.device = "cpu") -> Tabl
     saved, recomputed from their options."""
     with torch.device("meta"):
         model = TablefreeLM(config)
+    return _materialise(model, device)
+
+
+def _materialise(model: TablefreeLM, device: str | torch.device) -> TablefreeLM:
     model.to_empty(device=device)
     model.input.reset_fixed_state()
     return model
 
 
-def load_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> tuple[TablefreeLM, Path]:
-    """Load a model for inference: (model in eval mode, the resolved checkpoint directory)."""
+def load_model(
+    checkpoint: str | Path, device: str | torch.device = "cpu", verify: bool = True
+) -> tuple[TablefreeLM, Path]:
+    """Load a model for inference: (model in eval mode, the checkpoint directory read), verified per
+    ``checkpoint.verify``. A checkpoint directory that fails is refused (a CheckpointError naming the file and
+    the check); given a run directory (or a directory of ``step_*`` checkpoints), the newest checkpoint that
+    verifies is used, and each one skipped on the way is named on stderr. ``verify=False`` (``--no-verify``)
+    skips the digests and the finiteness check, and says so on stderr."""
     device = resolve_device(device)
-    directory = resolve_checkpoint(checkpoint)
-    model = empty_model(read_model_config(directory), device)
+    candidates = checkpoint_candidates(checkpoint)
+    if not verify:
+        print(
+            f"tablefree: --no-verify: {candidates[0]}: sha256 digests and the finite-weights check skipped",
+            file=sys.stderr,
+        )
+    failures: list[tuple[Path, CheckpointError]] = []
+    for directory in candidates:
+        try:
+            model = _load_verified(directory, device, verify)
+        except CheckpointError as error:
+            if len(candidates) == 1:
+                raise
+            failures.append((directory, error))
+            continue
+        for skipped, error in failures:
+            print(f"tablefree: skipped {skipped.name}, which fails verification: {error}", file=sys.stderr)
+        if failures:
+            print(f"tablefree: using {directory}, the newest checkpoint that verifies", file=sys.stderr)
+        return model.eval(), directory
+    reasons = "; ".join(f"{directory.name}: {error}" for directory, error in failures)
+    raise CheckpointError(f"{checkpoint}: no checkpoint verifies ({reasons})")
+
+
+def _load_verified(directory: Path, device: torch.device, verify: bool) -> TablefreeLM:
+    """One checkpoint, checked before anything is allocated (digests, JSON, the weights header against the
+    config), then loaded and (``verify``) checked for non-finite weights."""
+    if verify:
+        verify_digests(directory)
+    if (directory / META_FILE).exists():
+        read_json_object(directory / META_FILE)  # readers take fields from it later
+    config = read_model_config(directory)
+    with torch.device("meta"):
+        model = TablefreeLM(config)
     if not (directory / MODEL_FILE).exists() and (directory / SHARDED_DIR).is_dir():
         from tablefree.checkpoint.sharded import read_model_state  # DCP: imported only when read
 
+        model = _materialise(model, device)
         read_model_state(directory, model)
-        return model.eval(), directory
-    # Sizes and a truncated file are checked from the header before the weights are read.
-    check_model_weights(directory / MODEL_FILE, model, directory / CONFIG_FILE)
-    state = load_file(str(directory / MODEL_FILE), device=str(device))
+        if verify:
+            check_finite(dict(model.named_parameters()), directory / SHARDED_DIR)
+        return model
+    check_weights_header(
+        directory / MODEL_FILE, expected_tensors(model.state_dict()), directory / CONFIG_FILE
+    )
+    model = _materialise(model, device)
+    try:
+        state = load_file(str(directory / MODEL_FILE), device=str(device))
+    except Exception as error:  # safetensors raises its own SafetensorError, or OSError
+        raise CheckpointError(
+            f"{directory / MODEL_FILE}: unreadable ({type(error).__name__}: {first_line(error)})"
+        ) from None
+    if verify:
+        check_finite(state, directory / MODEL_FILE)
     model.load_state_dict(state, strict=True)
-    return model.eval(), directory
+    return model
 
 
 def save_model(

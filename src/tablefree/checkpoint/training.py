@@ -47,6 +47,7 @@ from tablefree.checkpoint import sharded
 from tablefree.checkpoint.layout import (
     CHECKPOINTS_DIR,
     COMPLETE_MARKER,
+    CONFIG_FILE,
     DAMAGED_PREFIX,
     META_FILE,
     MODEL_FILE,
@@ -62,7 +63,15 @@ from tablefree.checkpoint.layout import (
     step_dir_name,
 )
 from tablefree.checkpoint.model_dir import save_model_files
-from tablefree.fileio import read_json, sha256_file, write_json_atomic
+from tablefree.checkpoint.verify import (
+    check_finite,
+    check_weights_header,
+    expected_tensors,
+    file_digests,
+    read_json_object,
+    verify_digests,
+)
+from tablefree.fileio import write_json_atomic
 
 T = TypeVar("T")
 # Fault injection for the kill-loop test: the process SIGKILLs itself half way through writing this step's
@@ -137,15 +146,6 @@ def save_checkpoint(
     return final
 
 
-def file_digests(directory: Path) -> dict[str, str]:
-    """sha256 of every file in a checkpoint directory, sharded/ included, by relative path (COMPLETE aside)."""
-    return {
-        path.relative_to(directory).as_posix(): sha256_file(path)
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and path.name != COMPLETE_MARKER
-    }
-
-
 def remove_dir(directory: Path) -> None:
     """Rename to a hidden name, then delete: a kill half way leaves only a hidden leftover, never a damaged
     ``step_*`` directory that still looks complete."""
@@ -214,45 +214,8 @@ def load_model_state(directory: str | Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: unreadable ({type(error).__name__}: {first_line(error)})") from None
 
 
-def verify_digests(directory: str | Path, only: tuple[str, ...] | None = None) -> None:
-    """Check each file (or those named in ``only``) against the sha256 recorded in COMPLETE (checkpoints
-    written before digests were recorded have none, and pass)."""
-    directory = Path(directory)
-    marker = directory / COMPLETE_MARKER
-    digests = _read_json_object(marker).get("sha256")
-    if digests is None:
-        return
-    if not isinstance(digests, dict) or not all(isinstance(v, str) for v in digests.values()):
-        raise CheckpointError(f"{marker}: 'sha256' should map file names to hex digests")
-    for name, expected in digests.items():
-        if only is not None and name not in only:
-            continue
-        relative = Path(str(name))
-        if relative.is_absolute() or ".." in relative.parts:
-            raise CheckpointError(f"{marker}: {name!r} is not a file of the checkpoint")
-        path = directory / relative
-        if not path.is_file():
-            raise CheckpointError(f"{path}: missing (listed in {COMPLETE_MARKER})")
-        if sha256_file(path) != expected:
-            raise CheckpointError(
-                f"{path}: damaged after it was written (its sha256 differs from the one recorded in "
-                f"{COMPLETE_MARKER})"
-            )
-
-
 def read_meta(directory: str | Path) -> dict[str, Any]:
-    return _read_json_object(Path(directory) / META_FILE)
-
-
-def _read_json_object(path: Path) -> dict[str, Any]:
-    """A checkpoint's JSON file that must hold an object; anything else is a CheckpointError naming it."""
-    try:
-        data = read_json(path)
-    except (ValueError, OSError, RecursionError) as error:
-        raise CheckpointError(f"{path}: unreadable ({first_line(error)})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(Path(directory) / META_FILE)
 
 
 def non_finite_parameters(model: torch.nn.Module) -> list[str]:
@@ -263,15 +226,6 @@ def non_finite_parameters(model: torch.nn.Module) -> list[str]:
         if local.is_floating_point() and not bool(torch.isfinite(local.detach()).all()):
             poisoned.append(name)
     return poisoned
-
-
-def non_finite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
-    """Names of floating-point tensors holding NaN or inf."""
-    return [
-        name
-        for name, tensor in state.items()
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
-    ]
 
 
 def restore(
@@ -346,18 +300,17 @@ def restore_full(
     directory: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
 ) -> None:
     """model.safetensors and the optimizer in train_state.pt, checked against the model before loading."""
+    # names, shapes and dtypes from the header first: weights re-saved in another dtype are refused, not cast
+    check_weights_header(
+        directory / MODEL_FILE, expected_tensors(get_model_state_dict(model)), directory / CONFIG_FILE
+    )
     model_state = load_model_state(directory)
     expected = expected_shapes(model)
     check_model_state(model_state, expected, directory / MODEL_FILE)
     path = directory / TRAIN_STATE_FILE
     check_optimizer_state(state, expected, optimizer, path)
     check_loader_state(state["loader"], path)
-    poisoned = non_finite_tensors(model_state)
-    if poisoned:
-        raise CheckpointError(
-            f"{directory / MODEL_FILE}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3])}"
-            + (f" and {len(poisoned) - 3} more" if len(poisoned) > 3 else "")
-        )
+    check_finite(model_state, directory / MODEL_FILE)
     try:
         restore(model, optimizer, model_state, state["optimizer"])
     except Exception as error:

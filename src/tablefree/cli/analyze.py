@@ -77,6 +77,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--device", default="cpu", help="torch device, or auto for cuda when available (default: %(default)s)"
     )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -110,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         log=print,
         split=args.split,
+        verify=not args.no_verify,
     )
     for name, code_set in result["probes"]["code_sets"].items():
         accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])

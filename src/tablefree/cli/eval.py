@@ -67,6 +67,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "(as training's precision: auto; `tablefree hardware` shows the choice) (default: %(default)s)",
     )
     parser.add_argument("--progress", action="store_true", help="show a progress bar")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         progress=args.progress,
         dtype=args.dtype,
+        verify=not args.no_verify,
     )
     print(f"checkpoint: {results['checkpoint']}")
     print(format_results(results))

@@ -31,6 +31,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--tokenizer", default=None, help="tokenizer.json to ship (default: the checkpoint's)"
     )
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    export.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     export.set_defaults(func=run_export)
 
     importer = subparsers.add_parser(
@@ -75,6 +80,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--seed", type=int, default=None, help="sampling seed; none: nondeterministic")
     gen.add_argument("--device", default="cpu", help="torch device, or auto for cuda when available")
     gen.add_argument("--no-echo", action="store_true", help="do not print the prompt before the continuation")
+    gen.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the checkpoint's sha256 digests and finite-weights check (faster; printed when used)",
+    )
     gen.set_defaults(func=run_generate)
 
     lm_eval = subparsers.add_parser(
@@ -156,6 +166,7 @@ def run_export(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         tokenizer_path=args.tokenizer,
         overwrite=args.overwrite,
+        verify=not args.no_verify,
     )
     print(f"exported {args.checkpoint} -> {out}")
     return 0
@@ -190,7 +201,7 @@ def run_generate(args: argparse.Namespace) -> int:
             f"`tablefree import-hf {args.checkpoint} --out DIR`, then `tablefree generate DIR`, or load it with "
             "transformers' AutoModelForCausalLM"
         )
-    model, directory = load_model(args.checkpoint, device=args.device)
+    model, directory = load_model(args.checkpoint, device=args.device, verify=not args.no_verify)
     tokenizer, _ = checked_tokenizer(directory)  # the tokenizer whose hash the checkpoint recorded
     if not args.no_echo:
         print_stream(args.prompt)

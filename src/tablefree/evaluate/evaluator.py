@@ -55,6 +55,7 @@ def run_eval(
     out: str | Path | None = None,
     progress: bool = False,
     dtype: str = "auto",
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Evaluate ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory) on ``tasks``.
 
@@ -92,7 +93,7 @@ def run_eval(
 
     if dtype not in ("auto", "fp32", "bf16"):
         raise ValueError(f"dtype: expected auto, fp32 or bf16, got {dtype!r}")
-    model, directory = load_model(checkpoint, device)
+    model, directory = load_model(checkpoint, device, verify=verify)
     dtype_choice = choose_precision(dtype, next(model.parameters()).device)
     memory_choice = keep_freed_memory(next(model.parameters()).device)  # process-wide (tablefree.cpu_memory)
     forward_dtype = torch.bfloat16 if dtype_choice.value == "bf16" else None

@@ -8,7 +8,8 @@ command line with it, run it through us, which registers first and then hands ov
     tablefree lm-eval --model tablefree --model_args checkpoint=PATH --tasks hellaswag
 
 From Python: ``import tablefree.evaluate.lm_eval_adapter`` then ``lm_eval.simple_evaluate(model="tablefree",
-model_args={"checkpoint": PATH}, ...)``.
+model_args={"checkpoint": PATH}, ...)``. ``verify=False`` in the model_args skips the checkpoint's digests
+and finite-weights check, as ``--no-verify`` does for ``tablefree eval``.
 
 Text is tokenised by lm-eval's own ``TemplateLM`` code (context/continuation split, empty contexts, rolling
 windows), exactly as for its ``hf`` backend; scoring is ``tablefree.evaluate.engine.loglikelihoods`` (the
@@ -68,13 +69,16 @@ class TablefreeLMEval(TemplateLM):
         tokenizer: str | None = None,
         max_gen_toks: int = 256,
         seed: int = 1234,
+        verify: bool | str = True,
     ) -> None:
         super().__init__()
         if dtype not in DTYPES:
             raise ValueError(f"model_args dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
         # lm-eval's CLI default is cuda:0: an absent CUDA falls back to the CPU with a warning, as its hf backend
         device = devices.resolve_device(device, fallback_to_cpu=True)
-        self.model, self.checkpoint = load_model(checkpoint, device=device)
+        # model_args arrive as strings: verify=False (or 0/no) is lm-eval's spelling of --no-verify
+        verify = parse_verify(verify)
+        self.model, self.checkpoint = load_model(checkpoint, device=device, verify=verify)
         self.model.to(DTYPES[dtype])
         # the same check as `tablefree eval`: a tokenizer other than the checkpoint's is refused
         self.tokenizer, _ = checked_tokenizer(self.checkpoint, tokenizer)
@@ -197,6 +201,18 @@ class TablefreeLMEval(TemplateLM):
 
     def get_model_info(self) -> dict[str, Any]:
         return {"checkpoint": str(self.checkpoint), "model_config": str(self.model.config)}
+
+
+def parse_verify(value: bool | str) -> bool:
+    """The ``verify`` model_arg: a bool (lm-eval converts true/false), or its spelling as a string."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"model_args verify: expected True or False, got {value!r}")
 
 
 def _parse_batch_size(batch_size: int | str | None, max_batch_size: int | None) -> int:
