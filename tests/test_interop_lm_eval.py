@@ -64,6 +64,7 @@ def checkpoint(tmp_path_factory, shared_data) -> Path:
         "optim": {"lr": 4e-3},
         "schedule": {"warmup_steps": 3},
         "device": "cpu",
+        "precision": "fp32",
         "log_every": 30,
         "val_batches": 1,
     }
@@ -117,8 +118,14 @@ def _lm_eval(
 def _tablefree_eval(checkpoint: Path, data_dir: Path, tasks: list[str], limit: int, scratch: Path) -> dict:
     """The same, from ``run_eval`` and its per-example records."""
     examples = scratch / "examples.jsonl"
-    ours = run_eval(
-        checkpoint, tasks, data_dir=data_dir, limit=limit, examples_out=examples, bootstrap_iters=0
+    ours = run_eval(  # fp32 like the other two scorers: `auto` is bf16 on CPUs with fast native bf16
+        checkpoint,
+        tasks,
+        data_dir=data_dir,
+        limit=limit,
+        examples_out=examples,
+        bootstrap_iters=0,
+        dtype="fp32",
     )
     records = [json.loads(line) for line in examples.read_text().splitlines()]
     per_task = {}
