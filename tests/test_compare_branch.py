@@ -222,7 +222,9 @@ def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> N
     assert "## Learning rate per interface" in markdown and "at each interface's own rate" in markdown
     # the regime beside the papers': this sweep's rows first (its learned model has 8 steps of 256 tokens)
     rows = result["report"]["regime"]
-    assert [row["study"].split(" ")[0] for row in rows] == ["this", "this", "1.7B", "earlier"]
+    # the two rate points share their regime: one row for it
+    assert [row["study"].split(" ")[0] for row in rows] == ["this", "1.7B", "earlier"]
+    assert rows[0]["study"] == "this sweep"
     assert rows[0]["tokens"] == 8 * 256 and rows[0]["code_bits"] == 9  # V = 512
     assert "## Regime" in markdown
 
@@ -267,6 +269,11 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
     write_sweep_config(config, out)
     points = {p["name"]: p.get("interfaces") for p in load_yaml(out / "compare.yaml")["grid_points"]}
     assert points == {"lr1e-3": None, "lr2e-3": None, "lr4e-3": ["canonical"]}
+    # the report expects only the runs each point trains (a missing learned run at 4e-3 is not "unfinished")
+    from tablefree.rundir import find_runs
+
+    expected = {run.name for run in find_runs(out)}
+    assert "lr4e-3/canonical-s0" in expected and "lr4e-3/learned-s0" not in expected
     # a model entry whose name now stands for other settings is refused
     config.grid = from_dict(CompareConfig, {"grid": {"model": [{"name": "m", "d_model": 32}]}}).grid
     write_sweep_config(config, out)

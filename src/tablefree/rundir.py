@@ -137,11 +137,13 @@ def find_runs(sweep_dir: str | Path) -> list[Run]:
     ``runs/[POINT/]INTERFACE-sSEED`` directories."""
     sweep_dir = Path(sweep_dir)
     config = sweep_config(sweep_dir)
-    points = [p["name"] for p in config.get("grid_points") or []] or [""]
+    # a point may train only some interfaces (a per-interface rate grid); no point: one for every interface
+    points = [(p["name"], p.get("interfaces")) for p in config.get("grid_points") or []] or [("", None)]
     names = [
         run_name(i, s, p)
-        for p in points
+        for p, only in points
         for i in config.get("interfaces", [])
+        if only is None or i in only
         for s in config.get("seeds", [])
     ]
     root = sweep_dir / RUNS_DIR

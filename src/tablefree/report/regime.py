@@ -25,7 +25,7 @@ PAPERS = (
 
 def regime(runs: list[Run], points: list[str]) -> list[dict[str, Any]]:
     """One row per grid point with a finished learned run (whose parameters include the table), then the papers'."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for point in points:
         learned = [r for r in comparison.finished(runs) if r.point == point and r.interface == "learned"]
         if not learned or not (learned[0].summary or {}).get("params"):
@@ -33,15 +33,18 @@ def regime(runs: list[Run], points: list[str]) -> list[dict[str, Any]]:
         run = learned[0]
         model = load_yaml(run.directory / RUN_FILES["config"]).get("model") or {}
         params = run.summary["params"]
-        rows.append(
-            _row(
-                f"this sweep{f' ({point})' if point else ''}",
-                tokens=float(run.summary.get("tokens_seen") or 0),
-                total=int(params["learned_total"]),
-                vocab=int(model["vocab_size"]),
-                width=int(model["d_model"]),
-            )
+        row = _row(
+            f"this sweep{f' ({point})' if point else ''}",
+            tokens=float(run.summary.get("tokens_seen") or 0),
+            total=int(params["learned_total"]),
+            vocab=int(model["vocab_size"]),
+            width=int(model["d_model"]),
         )
+        same = [r for r in rows if {**r, "study": ""} == {**row, "study": ""}]
+        if same:  # points that differ in something else (the learning rate): one row for the regime
+            same[0]["study"] = "this sweep"
+            continue
+        rows.append(row)
     if not rows:
         return []
     from tablefree.model_config import preset
