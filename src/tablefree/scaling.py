@@ -52,6 +52,7 @@ from statistics import NormalDist
 import numpy as np
 
 from tablefree import stats
+from tablefree.units import human
 
 HUBER_DELTA = 1e-3
 MIN_BUDGETS = 5
@@ -104,7 +105,7 @@ def observations_from_dicts(rows: Iterable[Mapping]) -> list[Observation]:
         key = (interface, seed, tokens, params)
         if key in seen:
             raise ValueError(
-                f"{where}: a second loss for {interface} seed {seed} at {_amount(tokens)} tokens (first in "
+                f"{where}: a second loss for {interface} seed {seed} at {human(tokens)} tokens (first in "
                 f"observation {seen[key]}); give one final loss per separate run: points along one run are not "
                 "separate budgets"
             )
@@ -332,19 +333,19 @@ def check_design(observations: Sequence[Observation], x_name: str = "tokens") ->
     xs = sorted({x for per_seed in values.values() for runs in per_seed.values() for x in runs})
     if len(xs) < MIN_BUDGETS:
         raise ValueError(
-            f"a fit needs {MIN_BUDGETS} or more {what}, got {len(xs)} ({', '.join(map(_amount, xs))})"
+            f"a fit needs {MIN_BUDGETS} or more {what}, got {len(xs)} ({', '.join(map(human, xs))})"
         )
     span = xs[-1] / xs[0]
     if span < MIN_SPAN:
         raise ValueError(
             f"a fit needs {what} spanning {MIN_SPAN:g}× or more, got {stats.fmt(span)}× "
-            f"({_amount(xs[0])} to {_amount(xs[-1])})"
+            f"({human(xs[0])} to {human(xs[-1])})"
         )
     all_seeds = sorted({seed for per_seed in values.values() for seed in per_seed})
     complete, missing = [], []
     for seed in all_seeds:
         gaps = [
-            f"{name} at {_amount(x)}"
+            f"{name} at {human(x)}"
             for name, per_seed in values.items()
             for x in xs
             if x not in per_seed.get(seed, {})
@@ -621,7 +622,7 @@ def _parity(rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float
             "estimate": None,
             "low": None,
             "high": None,
-            "reason": f"the fitted curves do not cross between {_amount(start)} and {_amount(horizon)}",
+            "reason": f"the fitted curves do not cross between {human(start)} and {human(horizon)}",
         }
     # resamples that never cross count as crossing beyond the horizon: the upper bound is then unknown
     q_low, q_high = np.quantile(at[1:], [level, 1 - level], method="inverted_cdf")
@@ -632,7 +633,7 @@ def _parity(rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float
         "high": float(q_high) if math.isfinite(q_high) else None,
         "reason": None
         if math.isfinite(q_high)
-        else f"over {100 * (1 - share):.0f}% of resamples do not cross before {_amount(horizon)}",
+        else f"over {100 * (1 - share):.0f}% of resamples do not cross before {human(horizon)}",
     }
 
 
@@ -657,7 +658,7 @@ def scaling_report(
     sentences = []
     for size in sizes:
         group = [o for o in observations if o.params == size]
-        label = f"{_amount(size)} parameters: " if len(sizes) > 1 and size is not None else ""
+        label = f"{human(size)} parameters: " if len(sizes) > 1 and size is not None else ""
         entry = _try(
             label,
             sentences,
@@ -734,7 +735,7 @@ def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
         )
         includes = "; the interval includes 0" if low <= 0 <= high else ""
         sentences.append(
-            f"At {_amount(g['x'])} {unit} ({where}) the fitted curves put {leader} ahead of {trailer} by "
+            f"At {human(g['x'])} {unit} ({where}) the fitted curves put {leader} ahead of {trailer} by "
             f"{_num(abs(g['estimate']))} nats/token ({level} [{_num(low)}, {_num(high)}]{includes})."
         )
     c = pair["change_per_doubling"]
@@ -744,51 +745,42 @@ def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
     verb, orient = ("shrinks", -gap_sign) if magnitude < 0 else ("grows", gap_sign)
     m_low, m_high = sorted((orient * c["low"], orient * c["high"]))  # in units of the verb: shrink or growth
     sentences.append(
-        f"At {_amount(largest)} {unit} the fitted gap {verb} by {_num(abs(magnitude))} nats/token per "
+        f"At {human(largest)} {unit} the fitted gap {verb} by {_num(abs(magnitude))} nats/token per "
         f"doubling ({level} [{_num(m_low)}, {_num(m_high)}]"
         + ("; the interval includes 0)." if m_low <= 0 <= m_high else ").")
     )
     p = pair["parity"]
     if p["estimate"] is None:
         sentences.append(
-            f"The fits do not cross before {_amount(p['horizon'])} {unit}; "
+            f"The fits do not cross before {human(p['horizon'])} {unit}; "
             f"{100 * p['share_crossing']:.0f}% of the seed resamples cross before it."
         )
     else:
         bounds = (
-            f"[{_amount(p['low']) if p['low'] is not None else '–'}, "
-            f"{_amount(p['high']) if p['high'] is not None else 'beyond ' + _amount(p['horizon'])}]"
+            f"[{human(p['low']) if p['low'] is not None else '–'}, "
+            f"{human(p['high']) if p['high'] is not None else 'beyond ' + human(p['horizon'])}]"
         )
         reach = p["estimate"] / largest
         where = f"{_ratio(reach)} beyond the largest budget run" if reach > 1 else "inside the budgets run"
         sentences.append(
-            f"The fits cross at {_amount(p['estimate'])} {unit} ({level} {bounds}), {where}; "
-            f"{100 * p['share_crossing']:.0f}% of the seed resamples cross before {_amount(p['horizon'])}."
+            f"The fits cross at {human(p['estimate'])} {unit} ({level} {bounds}), {where}; "
+            f"{100 * p['share_crossing']:.0f}% of the seed resamples cross before {human(p['horizon'])}."
         )
     bt = pair["backtest"]
     inside = "inside" if bt["covered"] else "outside"
     sentences.append(
-        f"The backtest (fitted up to {_amount(bt['fitted_up_to'])}) predicted a gap of {_num(bt['predicted'])} "
-        f"at {_amount(bt['at'])} ({level} [{_num(bt['low'])}, {_num(bt['high'])}]), observed "
+        f"The backtest (fitted up to {human(bt['fitted_up_to'])}) predicted a gap of {_num(bt['predicted'])} "
+        f"at {human(bt['at'])} ({level} [{_num(bt['low'])}, {_num(bt['high'])}]), observed "
         f"{_num(bt['observed'])}: off by {_num(bt['error'])} nats/token, {inside} its interval; the "
         f"extrapolation has been checked over {_ratio(bt['at'] / bt['fitted_up_to'])}"
         + (
-            f"; the prediction at {_amount(pair['gap_at'][-1]['x'])} reaches {_ratio(pair['gap_at'][-1]['reach'])} "
+            f"; the prediction at {human(pair['gap_at'][-1]['x'])} reaches {_ratio(pair['gap_at'][-1]['reach'])} "
             "beyond the largest budget run, beyond what was checked."
             if pair["gap_at"][-1]["reach"] > bt["at"] / bt["fitted_up_to"]
             else "."
         )
     )
     return sentences
-
-
-def _amount(value: float) -> str:
-    """8,000,000 → 8M; 1e12 → 1T; 163,840 → 164k."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            text = stats.fmt(value / scale, 3)
-            return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{suffix}"
-    return f"{value:g}"
 
 
 def _num(value: float) -> str:
