@@ -23,6 +23,7 @@ RECIPE = {
     "optim": {"lr": 3e-3},
     "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
     "compile": False,
+    "precision": "fp32",
     "log_every": 1,
     "val_every": 4,
     "val_batches": 2,
@@ -77,6 +78,9 @@ def test_branching_refuses_what_would_not_be_the_same_run(tmp_path: Path) -> Non
     config = branched(tmp_path, data)
     config.train = {**RECIPE, "compile": "auto"}
     with pytest.raises(ValueError, match="set compile: true or false"):
+        plan_runs(config)
+    config.train = {**RECIPE, "precision": "auto"}
+    with pytest.raises(ValueError, match="set precision: fp32 or bf16"):
         plan_runs(config)
     with pytest.raises(ValueError, match="at least two budgets"):
         from_dict(CompareConfig, {"grid": {"budget": ["8 steps"], "branch": True}})

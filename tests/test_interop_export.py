@@ -462,6 +462,9 @@ def test_export_and_generate_refuse_a_tokenizer_the_checkpoint_did_not_record(
     make_checkpoint(tmp_path / "ck", _config("canonical"), tokenizer_path)
     other = make_tokenizer(tmp_path / "other.json", vocab_size=300)
     (tmp_path / "ck" / "tokenizer.json").write_bytes(other.read_bytes())  # swapped beside the weights
+    mark_complete(
+        tmp_path / "ck"
+    )  # digests recorded afterwards: the tokenizer-hash check itself must catch it
     with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
         export_hf(tmp_path / "ck", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
@@ -470,6 +473,7 @@ def test_export_and_generate_refuse_a_tokenizer_the_checkpoint_did_not_record(
     assert line.startswith("tablefree generate: error: tokenizer ") and "does not match" in line
     # the recorded tokenizer given explicitly is used; another one given explicitly is refused
     (tmp_path / "ck" / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
+    mark_complete(tmp_path / "ck")
     export_hf(tmp_path / "ck", tmp_path / "hf", tokenizer_path=tokenizer_path)
     with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
         export_hf(tmp_path / "ck", tmp_path / "hf2", tokenizer_path=other)

@@ -423,6 +423,12 @@ def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
                 "false, since `auto` decides per budget (a long trunk compiles, a short budget would not) and a "
                 "branch would then not compute what its budget trained from scratch computes"
             )
+        if configs[trunk.name].precision == "auto":
+            raise ValueError(
+                f"grid.branch: {trunk.name} has precision: auto; set precision: fp32 or bf16, since `auto` is "
+                "decided by each run from the measured matmul rates, which can differ between a trunk and a branch "
+                "trained later"
+            )
         points = []
         for run in branches:
             start = decay_start(steps[run.name], schedule)

@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # what was printed so far comes before the error, not after it
         print(f"tablefree {args.verb}: error: {error}", file=sys.stderr)
         return 1
+    except (
+        BrokenPipeError
+    ):  # `generate ... | head -1`: the reader has all it wanted (an OSError: before that clause)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, as a program the pipe's signal ended
     except OSError as error:
         if error.errno != errno.ENOSPC:
             raise
@@ -133,9 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tablefree {args.verb}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `tablefree generate ... | head -1`: the reader has all it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
-        return 141  # 128 + SIGPIPE, as a program the pipe's signal ended
     return int(result or 0)
 
 
