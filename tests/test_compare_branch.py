@@ -346,3 +346,19 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     runs, config = synthetic_runs(tmp_path / "short", budgets[:2], [0, 1, 2])
     (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)
     assert entry["fits"]["tokens"][0]["refused"] and "5 or more budgets" in entry["fits"]["sentences"][0]
+
+
+def test_a_budget_added_after_its_trunk_finished_trains_from_scratch(tmp_path: Path) -> None:
+    """A finished trunk kept no checkpoint at a budget added to the grid later: the branch trains from scratch
+    (the same run); a trunk that has not finished is waited for, with the reason."""
+    from tablefree.compare import Branch, RunPlan, start_branch
+
+    trunk = tmp_path / "4M" / "learned-s0"
+    trunk.mkdir(parents=True)
+    run = RunPlan(
+        "learned", 0, tmp_path / "240k" / "learned-s0", {}, "240k", Branch("4M/learned-s0", trunk, 47)
+    )
+    with pytest.raises(RuntimeError, match="the trunk run must finish first"):
+        start_branch(run)
+    (trunk / "summary.json").write_text(json.dumps({"completed": True}))
+    assert start_branch(run) is False and not (run.directory / "checkpoints").exists()

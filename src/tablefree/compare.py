@@ -581,13 +581,19 @@ def execute_run(config: CompareConfig, run: RunPlan, state: str, prefix: str, lo
 def start_branch(run: RunPlan) -> bool:
     """Seed a branch's run directory with its trunk's checkpoint at the branch step (hard links where the
     filesystem allows: checkpoints are never written again) and the trunk's metrics up to it; the trainer then
-    resumes there with the branch's own recipe. False when the branch has a checkpoint of its own already."""
+    resumes there with the branch's own recipe. False when the branch has a checkpoint of its own already, or
+    when its trunk finished without this branch point (a budget added later): it then trains from scratch."""
     from tablefree.checkpoint import layout
 
     assert run.branch is not None
     if layout.complete_checkpoints(run.directory):
         return False
     source = run.branch.directory / layout.CHECKPOINTS_DIR / layout.step_dir_name(run.branch.step)
+    trunk_summary = read_json(run.branch.directory / RUN_FILES["summary"], default=None) or {}
+    if not layout.is_complete(source) and trunk_summary.get("completed"):
+        # the trunk finished before this budget joined the grid, so it kept no checkpoint here: the branch is
+        # the same run as training from scratch, which is what happens
+        return False
     if not layout.is_complete(source):
         raise RuntimeError(
             f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, and {source} "
