@@ -107,7 +107,7 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
             },
         )
     return {
-        "points": per_point,
+        "points": dict(sorted(per_point.items(), key=lambda item: item[1]["tokens"])),  # by budget
         "tokens_trained": trained,
         "tokens_from_scratch": from_scratch,
         "saving": 1 - trained / from_scratch if from_scratch else 0.0,
