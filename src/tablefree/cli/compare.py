@@ -18,7 +18,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "skipped, an interrupted run continues from its checkpoint. Python API: tablefree.compare.run_sweep("
         "tablefree.compare.load_compare_config(PATH, interfaces, seeds, out, overrides)). On your own data: "
         "`dataset.dir=DIR` names a prepared dataset (`tablefree data prepare CORPUS --out DIR`); add "
-        "`dataset.corpus=CORPUS` to have compare prepare it into a new DIR. See docs/experiments.md.",
+        "`dataset.corpus=CORPUS` to have compare prepare it into a new DIR. Budgets as separate runs: "
+        "`grid.budget=[240k,1M,4M]` with `grid.branch=true` (wsd) decays each shorter budget from the largest's "
+        "stable phase; `grid.lr=[1e-3,2e-3]` picks each interface's rate on the selection split "
+        "(`train.data.select_every=50`); the report fits L(D) = E + B·D^(-β) per interface with a backtest "
+        "(configs/study-cpu-scaling.yaml, configs/study-cpu-lr.yaml). See docs/experiments.md.",
     )
     compare.add_argument(
         "--config", type=Path, required=True, help="a compare YAML, e.g. configs/compare-tiny.yaml"
