@@ -52,6 +52,22 @@ def test_overrides_and_yaml(tmp_path) -> None:
         load_yaml(bad)
 
 
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path) -> None:
+    # PyYAML keeps the later value without a word: the recipe read would not be the recipe trained
+    path = tmp_path / "twice.yaml"
+    path.write_text("model:\n  d_model: 64\noptim:\n  lr: 0.001\nmodel:\n  d_model: 128\n")
+    with pytest.raises(ValueError, match=r"(?s)duplicate key 'model' \(first given on line 1\).*twice\.yaml\", line 5"):
+        load_yaml(path)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("optim:\n  lr: 0.001\n  lr: 0.002\n")
+    with pytest.raises(ValueError, match=r"duplicate key 'lr' \(first given on line 2\)"):
+        load_yaml(nested)
+    # a merge key's values may be overridden by the mapping's own keys: that is not a duplicate
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {lr: 0.001, wd: 0.1}\noptim:\n  <<: *b\n  lr: 0.002\n")
+    assert load_yaml(merged)["optim"] == {"lr": 0.002, "wd": 0.1}
+
+
 def test_preset_overrides() -> None:
     config = preset("tiny", interface="affine", vocab_size=1000)
     assert config.vocab_size == 1000 and config.interface.name == "affine"

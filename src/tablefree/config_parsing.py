@@ -123,11 +123,43 @@ def parse_count(text: str | int, where: str = "value") -> int:
     return int(number)
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming a key twice: PyYAML keeps the last value and drops the
+    first without a word, so a recipe edited in two places would silently train the one the user did not read."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if (
+            key_node.tag == "tag:yaml.org,2002:merge"
+        ):  # `<<: *base` may be overridden by the mapping's own keys
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            seen = key in first_line
+        except TypeError:  # an unhashable key: SafeLoader's own error says so
+            continue
+        if seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r} (first given on line {first_line[key] + 1})",
+                key_node.start_mark,
+            )
+        first_line[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; errors name the file."""
+    """Read a YAML mapping; errors name the file (and the line, for a key given twice)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open(encoding="utf-8") as stream:  # a stream, so YAML's marks name the file
+            data = yaml.load(stream, Loader=_StrictLoader)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file not found: {path}") from None
     except yaml.YAMLError as error:
@@ -216,7 +248,7 @@ def _first_bad_override(cls: type, data: dict[str, Any], overrides: list[str]) -
 
 def _parse_scalar(raw: str) -> Any:
     """YAML value, with numbers like ``3e-4`` (a string to YAML 1.1) read as floats."""
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else ""
     if isinstance(value, str):
         try:
             return float(value) if re.fullmatch(r"[-+]?[0-9.]+[eE][-+]?[0-9]+", value.strip()) else value
