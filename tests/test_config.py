@@ -56,7 +56,9 @@ def test_a_key_given_twice_is_refused_with_both_lines(tmp_path) -> None:
     # PyYAML keeps the later value without a word: the recipe read would not be the recipe trained
     path = tmp_path / "twice.yaml"
     path.write_text("model:\n  d_model: 64\noptim:\n  lr: 0.001\nmodel:\n  d_model: 128\n")
-    with pytest.raises(ValueError, match=r"(?s)duplicate key 'model' \(first given on line 1\).*twice\.yaml\", line 5"):
+    with pytest.raises(
+        ValueError, match=r"(?s)duplicate key 'model' \(first given on line 1\).*twice\.yaml\", line 5"
+    ):
         load_yaml(path)
     nested = tmp_path / "nested.yaml"
     nested.write_text("optim:\n  lr: 0.001\n  lr: 0.002\n")
