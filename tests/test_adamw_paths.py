@@ -135,3 +135,28 @@ def test_validation_does_not_recompile_the_compiled_blocks(tmp_path) -> None:
     assert summary["compiled"] is True and summary["final_val_loss_estimate"] is not None
     assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
     torch._dynamo.reset()
+
+
+def test_a_resumed_run_takes_this_process_path_not_the_saved_one(monkeypatch, tmp_path, capsys) -> None:
+    """A checkpoint saved on the fused path carries fused=True in its param groups; resumed where fused is not
+    safe (FSDP2 on torch 2.10-2.12), the run must take foreach, not the saved flag."""
+    data = make_dataset(tmp_path / "data")
+    run = tmp_path / "run"
+    trainer.train(micro_config(data, budget="4 steps", checkpoint_every=2), run)
+    assert "optimizer: AdamW fused" in capsys.readouterr().out
+    monkeypatch.setattr(adamw, "fused_adamw_is_safe", lambda sharded, version: False)
+    monkeypatch.setattr(adamw, "foreach_grows_over_dtensors", lambda version: False)
+    seen = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        seen.append({(g["fused"], g["foreach"]) for g in self.param_groups})
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    summary = trainer.train(
+        micro_config(data, budget="8 steps", checkpoint_every=2), run, resume=True, allow_change=["budget"]
+    )
+    assert summary["completed"] and summary["step"] == 8
+    assert seen and all(groups == {(False, True)} for groups in seen), seen
+    assert "optimizer: AdamW foreach (fused AdamW leaks host memory" in capsys.readouterr().out

@@ -36,6 +36,7 @@ from tablefree.checkpoint.training import (
 )
 from tablefree.data.loader import Dataset, TokenLoader
 from tablefree.fileio import writing
+from tablefree.train.optimizer import reapply_implementation
 from tablefree.train.parallelize import DistInfo, barrier
 from tablefree.train.recipe import Plan
 from tablefree.train.state import TrainState
@@ -103,6 +104,7 @@ def restore(
             f"{str(dataset.tokenizer_hash)[:12]}…"
         )
     saved = load_for_resume(checkpoint, model, optimizer, loader, tokenizer_hash=dataset.tokenizer_hash)
+    reapply_implementation(optimizer)  # the saved param groups carry the saving process's fused/foreach flags
     where = checkpoint / TRAIN_STATE_FILE
     state = TrainState.from_state_dict(saved, where=str(where))
     # batch_tokens never changes within a run, so these three numbers must agree

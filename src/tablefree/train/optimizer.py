@@ -63,8 +63,18 @@ def foreach_grows_over_dtensors(torch_version: str) -> bool:
     return (major, minor) == (2, 12)
 
 
+def reapply_implementation(optimizer: torch.optim.Optimizer) -> None:
+    """Set the AdamW path chosen for this process again after a state dict was loaded: a saved state carries its
+    own ``fused``/``foreach`` flags in the param groups, so a run saved where fused was safe would otherwise take
+    the leaking fused path when resumed under FSDP2 on torch 2.10-2.12 (or fail, fused on fp64 parameters)."""
+    implementation, _ = adamw_implementation([p for g in optimizer.param_groups for p in g["params"]])
+    for group in optimizer.param_groups:
+        group["fused"] = implementation.get("fused", False)
+        group["foreach"] = implementation.get("foreach", False)
+
+
 def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
-    """The AdamW path the steps take (read from the param groups, which a resumed optimizer state sets), and why."""
+    """The AdamW path the steps take (read from the param groups), and why it was chosen."""
     groups = optimizer.param_groups
     path = (
         "fused"
@@ -73,15 +83,8 @@ def describe_optimizer(optimizer: torch.optim.Optimizer) -> str:
         if all(g.get("foreach") for g in groups)
         else "per-tensor loop"
     )
-    implementation, reason = adamw_implementation([p for g in groups for p in g["params"]])
-    chosen = (
-        "fused"
-        if implementation.get("fused")
-        else "foreach"
-        if implementation["foreach"]
-        else "per-tensor loop"
-    )
-    return f"AdamW {path} ({reason if path == chosen else 'as the resumed optimizer state sets it'})"
+    _, reason = adamw_implementation([p for g in groups for p in g["params"]])
+    return f"AdamW {path} ({reason})"
 
 
 def fused_adamw_is_safe(sharded: bool, torch_version: str) -> bool:
