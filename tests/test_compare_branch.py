@@ -286,6 +286,23 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
         write_sweep_config(config, out)
 
 
+def test_a_budget_added_below_the_others_is_listed_first(tmp_path: Path) -> None:
+    """The sweep's points follow this config's order, so the report lists budgets in the order the config
+    gives them (the earlier run's other points after them), not in the order they were first run."""
+    from tablefree.compare import write_sweep_config
+    from tablefree.config_parsing import load_yaml
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    config = branched(tmp_path, make_dataset(tmp_path / "data"))
+    config.grid = from_dict(CompareConfig, {"grid": {"budget": ["500k", "1M"]}}).grid
+    write_sweep_config(config, out)
+    config.grid = from_dict(CompareConfig, {"grid": {"budget": ["240k", "500k", "2M"]}}).grid
+    write_sweep_config(config, out)
+    names = [p["name"] for p in load_yaml(out / "compare.yaml")["grid_points"]]
+    assert names == ["240k", "500k", "2M", "1M"]
+
+
 def synthetic_runs(tmp_path: Path, budgets: list[int], seeds: list[int]) -> tuple[list, dict]:
     """Finished runs whose final losses follow known curves (learned E=3, canonical E=3.2), a branched grid."""
     from tablefree.rundir import Run

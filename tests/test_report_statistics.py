@@ -80,6 +80,25 @@ def test_report_data_rebuilds_every_interval_and_slope(tmp_path: Path) -> None:
     assert all(g["trend"] is not None for g in shipped["gap"])
 
 
+def test_a_run_still_training_is_left_out_of_the_gap_curves(tmp_path: Path) -> None:
+    """A run in progress has only its first few estimates: pairing it would cut its pair's curve to them."""
+    from tablefree.report import comparison
+    from tablefree.rundir import find_runs
+
+    sweep = _sweep(tmp_path / "sweep", points=8)
+    running = sweep / "runs" / "affine-s1"
+    (running / "status.json").write_text(json.dumps({"state": "running"}))
+    (running / "eval.json").unlink()
+    records = (running / "metrics.jsonl").read_text().splitlines()
+    (running / "metrics.jsonl").write_text("\n".join(records[:2]) + "\n")
+    gaps = {
+        (g["a"], g["b"]): g
+        for g in comparison.gap_curves(find_runs(sweep), ["learned", "canonical", "affine"])
+    }
+    assert gaps[("learned", "affine")]["seeds"] == 2 and len(gaps[("learned", "affine")]["curve"]) == 8
+    assert gaps[("learned", "canonical")]["seeds"] == 3
+
+
 def test_no_trend_from_two_points(tmp_path: Path) -> None:
     from tablefree.report import comparison
     from tablefree.rundir import find_runs

@@ -981,7 +981,9 @@ def _union(first: list, second: list) -> list:
 
 
 def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dict]:
-    """Grid points of an earlier run of the sweep and of this one; a name may not change its settings."""
+    """Grid points of an earlier run of the sweep and of this one, in this config's order (then the earlier
+    run's other points), so a budget added below the others is listed first, not last; a name may not change
+    its settings."""
     merged = {p["name"]: dict(p) for p in first}
     for point in second:
         earlier = merged.get(point["name"])
@@ -996,7 +998,8 @@ def _union_points(first: list[dict], second: list[dict], path: Path) -> list[dic
             earlier.pop("interfaces", None)
         elif "interfaces" in earlier:  # a rate listed for more interfaces later
             earlier["interfaces"] = _union(earlier["interfaces"], point["interfaces"])
-    return list(merged.values())
+    order = _union([p["name"] for p in second], [p["name"] for p in first])
+    return [merged[name] for name in order]
 
 
 def _write_yaml_atomic(path: Path, data: Any) -> None:

@@ -394,8 +394,10 @@ def gap_curves(
     runs: list[Run], interfaces: list[str], point: str = "", baselines: Iterable[str] = ()
 ) -> list[dict[str, Any]]:
     """Per compared pair: the paired difference A − B of the in-training validation estimate at each evaluation point,
-    with its interval over seeds, and the slope of the gap against log tokens over the last doubling (``_trend``)."""
+    with its interval over seeds, and the slope of the gap against log tokens over the last doubling (``_trend``).
+    Finished runs only: a run still training would cut every pair's curve to its own few first points."""
     out = []
+    runs = finished(runs)
     curves = {run.name: estimate_curve(run) for run in runs}
     for a, b in interface_pairs(interfaces, baselines):
         pairs = [(ra, rb) for ra, rb in _trained_pairs(runs, a, b) if curves[ra.name] and curves[rb.name]]
