@@ -359,6 +359,12 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     assert branching["tokens_trained"] == 2 * 3 * per_seed
     assert branching["tokens_from_scratch"] == 2 * 3 * sum(budgets)
     assert any("backtest" in sentence for sentence in entry["fits"]["sentences"])
+    # the fits recompute bit for bit from what the report ships: its observations and its recorded arguments
+    from tablefree.report.curves import observations_of
+    from tablefree.scaling import scaling_report
+
+    shipped = json.loads(json.dumps(entry, allow_nan=False))  # as read back from report.json
+    assert scaling_report(observations_of(shipped), **shipped["fits"]["arguments"]) == shipped["fits"]
     # two budgets: the fit is refused with its reason, never a trend from two points
     runs, config = synthetic_runs(tmp_path / "short", budgets[:2], [0, 1, 2])
     (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)

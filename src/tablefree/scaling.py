@@ -694,6 +694,17 @@ def scaling_report(
                 f"of starts; {100 * confidence:g}% expanded percentile intervals from {n_boot} resamples of seeds (the "
                 f"same draw for every interface), RNG seed {seed}; backtest without the largest budget"
             ),
+            # what this call was given besides the observations: `scaling_report(observations, **arguments)`
+            # recomputes the whole report from its shipped observations, bit for bit
+            "arguments": {
+                "pairs": None if pairs is None else [list(pair) for pair in pairs],
+                "predict_at": [float(x) for x in predict_at],
+                "horizon": float(horizon),
+                "params_horizon": float(params_horizon),
+                "n_boot": n_boot,
+                "seed": seed,
+                "confidence": confidence,
+            },
             "tokens": by_tokens,
             "params": by_params,
             "params_reason": params_reason,
