@@ -127,31 +127,26 @@ class _StrictLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a mapping naming a key twice: PyYAML keeps the last value and drops the
     first without a word, so a recipe edited in two places would silently train the one the user did not read."""
 
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    first_line: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if (
-            key_node.tag == "tag:yaml.org,2002:merge"
-        ):  # `<<: *base` may be overridden by the mapping's own keys
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            seen = key in first_line
-        except TypeError:  # an unhashable key: SafeLoader's own error says so
-            continue
-        if seen:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r} (first given on line {first_line[key] + 1})",
-                key_node.start_mark,
-            )
-        first_line[key] = key_node.start_mark.line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            # `<<: *base` may be overridden by the mapping's own keys: not a duplicate
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                seen = key in first_line
+            except TypeError:  # an unhashable key: SafeLoader's own error says so
+                continue
+            if seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key!r} (first given on line {first_line[key] + 1})",
+                    key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
