@@ -347,16 +347,26 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
 
     budgets = [250_000, 500_000, 1_000_000, 2_000_000, 4_000_000]
     runs, config = synthetic_runs(tmp_path, budgets, [0, 1, 2])
+    # seed 0's 250k runs trained from scratch (a budget added after its trunks finished): the budget is mixed
+    for interface in ("learned", "canonical"):
+        (tmp_path / "250000" / f"{interface}-s0" / "branch.json").unlink()
     (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)
     fit = entry["fits"]["tokens"][0]
     assert fit["refused"] is None
     assert fit["interfaces"]["learned"]["fit"]["E"]["estimate"] == pytest.approx(3.0, abs=0.05)
     branching = entry["branching"]
     assert branching["points"]["250000"]["branched_from"] == "4000000"
+    assert (branching["points"]["250000"]["branched"], branching["points"]["250000"]["runs"]) == (4, 6)
     assert branching["points"]["4000000"]["branched_from"] is None
-    # trained: the trunk, plus each branch's tokens after its branch step (budget // 1250 steps of 1,000)
+    from tablefree.report.markdown import _fitted_curves
+
+    table = _fitted_curves({"statistics": {"fitted_curves": [entry]}})
+    assert "| 250000 | 250k | 250 | 4 of 6 runs branched from the 4000000 run at step 200" in table
+    assert "; 2 from scratch |" in table
+    # trained: the trunk, plus each branch's tokens after its branch step (budget // 1250 steps of 1,000),
+    # and seed 0's 250k runs whole
     per_seed = 4_000_000 + sum(b - (b // 1250) * 1000 for b in budgets[:-1])
-    assert branching["tokens_trained"] == 2 * 3 * per_seed
+    assert branching["tokens_trained"] == 2 * 3 * per_seed + 2 * (250_000 // 1250) * 1000
     assert branching["tokens_from_scratch"] == 2 * 3 * sum(budgets)
     assert any("backtest" in sentence for sentence in entry["fits"]["sentences"])
     # the fits recompute bit for bit from what the report ships: its observations and its recorded arguments

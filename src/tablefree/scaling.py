@@ -21,10 +21,17 @@ parameter, L(N) = E + A·N^(−α).
 order, so their points at different budgets (and of different interfaces) are correlated. A resample draws S
 seeds with replacement, *the same draw for every interface*, and refits every interface on the drawn seeds'
 points (each seed's points weighted by how often it was drawn); refits start from the full fit's distinct
-solutions (up to ``RESAMPLE_STARTS``). Intervals are *expanded* percentile intervals of the refits
-(``_tail_probability``: a plain percentile interval from 5 seeds runs narrow), from ``n_boot`` resamples with a
-fixed RNG seed. The simulation test in ``tests/test_scaling.py`` measures their coverage, and shows that
-resampling points instead of seeds misses the interpolated loss more often.
+solutions (up to ``RESAMPLE_STARTS``). When the seeds have at most ``n_boot`` distinct resamples (multisets:
+126 for 5 seeds) every one is refitted and weighted by its probability, the exact bootstrap distribution, so an
+interval's edge carries no Monte Carlo error; otherwise ``n_boot`` random resamples with a fixed RNG seed.
+Intervals are *expanded* percentile intervals of the refits (``_tail_probability``: a plain percentile
+interval from 5 seeds runs narrow). The simulation test in ``tests/test_scaling.py`` measures their coverage,
+and shows that resampling points instead of seeds misses the interpolated loss more often.
+
+**Does the curve describe the points?** Each fit is checked against the points it was fitted to: its miss of
+each budget's mean loss, in units of that mean's seed standard error, against a t limit (Bonferroni over the
+budgets); a fit that fails says so first, and what it derives is then not a result. A floor E fitted to 0 (a
+pure power law) is said too.
 
 **What is derived.** For a pair of interfaces A, B: the fitted gap L_A(D) − L_B(D) at any budget; its change
 per doubling of D at the largest budget, ln 2 · d(gap)/d(ln D); and the budget to parity, the first D at or
@@ -36,9 +43,12 @@ cross before it.
 every budget for every interface (the paired design); short data raise a ValueError that says what is short.
 
 **The backtest, always.** Every fit is repeated without the largest budget; it predicts the largest budget's
-mean loss (and each pair's gap), and the result reports the error and whether the resampled interval covered
-the observed mean. So the extrapolation has been checked over one step, largest / second-largest budget; every
-prediction says how far beyond the largest budget it reaches.
+mean loss (and each pair's gap), and the result reports the error with its interval, from the same resamples
+on both sides (the refit's prediction minus the resample's observed mean, so the observed mean's own seed noise
+counts); the check passes when that interval includes 0. So the extrapolation has been checked over one step,
+largest / second-largest budget; every prediction says how far beyond the largest budget it reaches. The
+backtest fits one budget fewer than the design needs (4 budgets for the smallest design): it is a check of the
+fit, not a fit to report.
 """
 
 from __future__ import annotations
@@ -64,6 +74,8 @@ SCREEN_ITERATIONS = 25  # every start of the grid gets this many L-BFGS steps ..
 SURVIVORS = 12  # ... and the best this many continue to convergence
 RESAMPLE_STARTS = 3  # the full fit's best and two runner-up solutions seed every resample's refit
 _GRID_POINTS = 400  # log-spaced points for curves, the parity search and the figures
+EXACT = 1e-9  # nats/token: a fit's miss or a backtest's error this small is rounding (noiseless points)
+RATIO_TOLERANCE = 0.05  # tokens-per-parameter ratios this close (relative) are one ratio of a size fit
 
 
 @dataclass(frozen=True)
@@ -329,7 +341,10 @@ def check_design(observations: Sequence[Observation], x_name: str = "tokens") ->
         x = getattr(o, x_name)
         if x is None:
             raise ValueError(f"{o.interface} seed {o.seed}: no {x_name} given")
-        values[o.interface].setdefault(o.seed, {})[x] = o.loss
+        per_x = values[o.interface].setdefault(o.seed, {})
+        if x in per_x:
+            raise ValueError(f"{o.interface} seed {o.seed}: two runs at {x_name} {human(x)} in one fit")
+        per_x[x] = o.loss
     xs = sorted({x for per_seed in values.values() for runs in per_seed.values() for x in runs})
     if len(xs) < MIN_BUDGETS:
         raise ValueError(
@@ -400,15 +415,9 @@ def analyse(
         for name in (a, b):
             if name not in design.loss:
                 raise ValueError(f"pair ({a}, {b}): no observations of {name!r} (have {', '.join(names)})")
-    rng = np.random.default_rng(seed)
     n_seeds, n_x = design.loss[names[0]].shape
-    if resample == "seeds":
-        draws = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
-        counts = np.stack([np.bincount(d, minlength=n_seeds) for d in draws]).astype(np.float64)
-        weights = np.repeat(counts, n_x, axis=1)  # (R, seeds·budgets), seed-major like loss.ravel()
-    else:
-        draws = rng.integers(0, n_seeds * n_x, size=(n_boot, n_seeds * n_x))
-        weights = np.stack([np.bincount(d, minlength=n_seeds * n_x) for d in draws]).astype(np.float64)
+    draws = _resamples(np.random.default_rng(seed), n_seeds, n_x, n_boot, resample)
+    weights, probs = draws.weights, draws.probs
     held_out = design.x[-1]
     fit_x = design.x[:-1]
     grid = np.geomspace(design.x[0], max(horizon, held_out), _GRID_POINTS)
@@ -427,28 +436,20 @@ def analyse(
         curve = np.exp(_log_curve(rows, np.log(grid)))
         at = np.exp(_log_curve(rows, np.log(requested)))
         out_interfaces[name] = {
-            "fit": _fit_dict(theta, boot, level),
+            "fit": _fit_dict(theta, boot, level, probs),
+            "adequacy": _adequacy(theta, design.x, design.loss[name], confidence),
             "predictions": [
-                {
-                    "x": x,
-                    "reach": x / held_out,
-                    "estimate": float(at[0, i]),
-                    "low": float(np.quantile(at[1:, i], level)),
-                    "high": float(np.quantile(at[1:, i], 1 - level)),
-                }
+                {"x": x, "reach": x / held_out, **_interval(at[1:, i], at[0, i], level, probs)}
                 for i, x in enumerate(requested)
             ],
-            "curve": {
-                "x": grid.tolist(),
-                "estimate": curve[0].tolist(),
-                "low": np.quantile(curve[1:], level, axis=0).tolist(),
-                "high": np.quantile(curve[1:], 1 - level, axis=0).tolist(),
-            },
+            "curve": {"x": grid.tolist(), **_band(curve, level, probs)},
             "mean_loss": design.loss[name].mean(axis=0).tolist(),
-            "backtest": _backtest_one(back[name], design.loss[name][:, -1], held_out, level),
+            "backtest": _backtest(
+                back[name][0][None], back[name][1], design.loss[name][:, -1], held_out, draws, level
+            ),
         }
     out_pairs = [
-        _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence) for a, b in pairs
+        _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence, draws) for a, b in pairs
     ]
     result = {
         "x": x_name,
@@ -463,13 +464,111 @@ def analyse(
         "n_boot": n_boot,
         "rng_seed": seed,
         "resample": resample,
+        "resamples": draws.description,
         "interval": "expanded percentile" if expand else "percentile",
         "tail_probability": level,
         "interfaces": out_interfaces,
         "pairs": out_pairs,
     }
-    result["sentences"] = [s for p in out_pairs for s in p["sentences"]]
+    result["describes_points"] = all(i["adequacy"]["describes_points"] for i in out_interfaces.values())
+    result["sentences"] = [
+        s for name, i in out_interfaces.items() for s in _adequacy_sentences(name, i["adequacy"], design)
+    ] + [s for p in out_pairs for s in p["sentences"]]
     return _strict(result)
+
+
+@dataclass(frozen=True)
+class _Draws:
+    """The resamples of one analysis: ``weights`` (R, seeds·budgets) multiply each point's loss term (seed-major,
+    like ``loss.ravel()``), ``probs`` (R,) the probability of each resample."""
+
+    weights: np.ndarray
+    probs: np.ndarray
+    description: str
+
+
+def _resamples(rng: np.random.Generator, n_seeds: int, n_x: int, n_boot: int, resample: str) -> _Draws:
+    """Resamples of the seeds (each drawn seed brings all its points): every multiset of ``n_seeds`` draws with
+    its multinomial probability when there are at most ``n_boot`` of them (126 for 5 seeds: the exact bootstrap
+    distribution, so an interval's edge carries no Monte Carlo error), else ``n_boot`` random draws of equal
+    probability. ``resample="points"`` draws points instead (always random)."""
+    if resample == "seeds" and math.comb(2 * n_seeds - 1, n_seeds) <= n_boot:
+        counts = np.array(
+            [
+                np.bincount(c, minlength=n_seeds)
+                for c in itertools.combinations_with_replacement(range(n_seeds), n_seeds)
+            ],
+            dtype=np.float64,
+        )
+        log_probs = (
+            math.lgamma(n_seeds + 1)
+            - np.array([sum(math.lgamma(k + 1) for k in row) for row in counts])
+            - n_seeds * math.log(n_seeds)
+        )
+        return _Draws(
+            np.repeat(counts, n_x, axis=1),
+            np.exp(log_probs),
+            f"all {len(counts)} multisets of {n_seeds} seeds drawn with replacement, each with its probability",
+        )
+    units = n_seeds if resample == "seeds" else n_seeds * n_x
+    draws = rng.integers(0, units, size=(n_boot, units))
+    counts = np.stack([np.bincount(d, minlength=units) for d in draws]).astype(np.float64)
+    weights = np.repeat(counts, n_x, axis=1) if resample == "seeds" else counts
+    what = "seeds" if resample == "seeds" else "points"
+    return _Draws(weights, np.full(n_boot, 1.0 / n_boot), f"{n_boot} random resamples of the {what}")
+
+
+def _quantile(values: np.ndarray, q: float, probs: np.ndarray) -> np.ndarray:
+    """The q-quantile (inverted CDF) along axis 0 of ``values`` (R,) or (R, G), row r with probability
+    ``probs[r]``."""
+    flat = np.asarray(values, dtype=np.float64).reshape(len(probs), -1)
+    order = np.argsort(flat, axis=0, kind="stable")
+    cumulative = np.cumsum(probs[order], axis=0)
+    first = np.argmax(cumulative >= q * cumulative[-1] * (1 - 1e-12), axis=0)
+    picked = np.take_along_axis(flat, np.take_along_axis(order, first[None], axis=0), axis=0)[0]
+    return picked.reshape(np.shape(values)[1:])
+
+
+def _interval(values: np.ndarray, estimate: float, level: float, probs: np.ndarray) -> dict:
+    return {
+        "estimate": float(estimate),
+        "low": float(_quantile(values, level, probs)),
+        "high": float(_quantile(values, 1 - level, probs)),
+    }
+
+
+def _band(curves: np.ndarray, level: float, probs: np.ndarray) -> dict:
+    """Row 0 the full fit's curve, rows 1.. the resamples'."""
+    return {
+        "estimate": curves[0].tolist(),
+        "low": _quantile(curves[1:], level, probs).tolist(),
+        "high": _quantile(curves[1:], 1 - level, probs).tolist(),
+    }
+
+
+def _adequacy(theta: np.ndarray, x: np.ndarray, loss: np.ndarray, confidence: float) -> dict:
+    """Does the fitted curve pass through the points it was fitted to? Per budget, the full fit's miss of the
+    mean loss over seeds in units of that mean's seed standard error; the curve describes the points when
+    every miss is within the two-sided t limit at ``confidence``, Bonferroni over the budgets. Also whether the
+    floor E went to 0 (the fit is then a pure power law)."""
+    n_seeds = loss.shape[0]
+    fitted = np.exp(_log_curve(theta[None], np.log(x)))[0]
+    mean = loss.mean(axis=0)
+    error = np.maximum(loss.std(axis=0, ddof=1) / math.sqrt(n_seeds), 1e-12)
+    miss = fitted - mean
+    ratio = np.where(np.abs(miss) <= EXACT, 0.0, np.abs(miss) / error)  # noiseless points: a miss of rounding
+    limit = stats.student_t_ppf(1 - (1 - confidence) / (2 * len(x)), n_seeds - 1)
+    worst = int(ratio.argmax())
+    return {
+        "miss": miss.tolist(),
+        "standard_error": error.tolist(),
+        "limit": float(limit),
+        "worst_at": float(x[worst]),
+        "worst_miss": float(miss[worst]),
+        "worst_ratio": float(ratio[worst]),
+        "describes_points": bool((ratio <= limit).all()),
+        "floor_at_zero": bool(math.exp(theta[0]) < 1e-3 * float(mean.min())),
+    }
 
 
 def _tail_probability(confidence: float, units: int) -> float:
@@ -492,78 +591,74 @@ def _fit_with_resamples(
     return theta[0], _refit(log_x, log_y, weights, starts)
 
 
-def _fit_dict(theta: np.ndarray, boot: np.ndarray, level: float) -> dict:
-    def interval(values: np.ndarray, estimate: float) -> dict:
-        return {
-            "estimate": estimate,
-            "low": float(np.quantile(values, level)),
-            "high": float(np.quantile(values, 1 - level)),
-        }
-
+def _fit_dict(theta: np.ndarray, boot: np.ndarray, level: float, probs: np.ndarray) -> dict:
     return {
-        "E": interval(np.exp(boot[:, 0]), float(np.exp(theta[0]))),
-        "B": interval(np.exp(boot[:, 1]), float(np.exp(theta[1]))),
-        "beta": interval(boot[:, 2], float(theta[2])),
+        "E": _interval(np.exp(boot[:, 0]), np.exp(theta[0]), level, probs),
+        "B": _interval(np.exp(boot[:, 1]), np.exp(theta[1]), level, probs),
+        "beta": _interval(boot[:, 2], theta[2], level, probs),
     }
 
 
-def _backtest_one(fit: tuple, observed: np.ndarray, held_out: float, level: float) -> dict:
-    theta, boot = fit
-    log_x = np.log([held_out])
-    predicted = float(np.exp(_log_curve(theta[None], log_x))[0, 0])
-    draws = np.exp(_log_curve(boot, log_x))[:, 0]
-    low, high = float(np.quantile(draws, level)), float(np.quantile(draws, 1 - level))
-    mean = float(observed.mean())
+def _backtest(
+    full: np.ndarray, boot: np.ndarray, per_seed: np.ndarray, held_out: float, draws: _Draws, level: float
+) -> dict:
+    """The fit without the largest budget against what was measured there. ``full`` (1, 3) and ``boot`` (R, 3)
+    are that fit's thetas, or directly its predictions at the largest budget ((1,) and (R,)); ``per_seed`` the
+    measured values there. The error's interval comes from the same resamples on both sides (resample r's
+    prediction minus resample r's observed mean), so it holds the observed mean's own seed noise as well as
+    the fit's; the check passes (``covered``) when that interval includes 0. ``low``/``high`` bound the
+    prediction alone."""
+    predicted, predicted_boot = float(_predict_at(full, held_out)[0]), _predict_at(boot, held_out)
+    n_x = draws.weights.shape[1] // per_seed.size
+    held = draws.weights[:, n_x - 1 :: n_x]  # each seed's weight at the largest budget
+    observed_boot = (held @ per_seed) / np.maximum(held.sum(axis=1), 1e-300)
+    observed = float(per_seed.mean())
+    prediction = _interval(predicted_boot, predicted, level, draws.probs)
+    error = _interval(predicted_boot - observed_boot, predicted - observed, level, draws.probs)
     return {
         "at": float(held_out),
         "predicted": predicted,
-        "low": low,
-        "high": high,
-        "observed": mean,
-        "error": predicted - mean,
-        "covered": bool(low <= mean <= high),
+        "low": prediction["low"],
+        "high": prediction["high"],
+        "observed": observed,
+        "error": error["estimate"],
+        "error_low": error["low"],
+        "error_high": error["high"],
+        "covered": bool(error["low"] - EXACT <= 0 <= error["high"] + EXACT),
     }
 
 
-def _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence) -> dict:
+def _predict_at(values: np.ndarray, x: float) -> np.ndarray:
+    """Rows of theta (R, 3) become their curves' values at x; values (R,) are taken as predictions already."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.exp(_log_curve(values, np.log([x])))[:, 0] if values.ndim == 2 else values
+
+
+def _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence, draws: _Draws) -> dict:
     (theta_a, boot_a), (theta_b, boot_b) = fits[a], fits[b]
     rows_a, rows_b = np.vstack([theta_a[None], boot_a]), np.vstack([theta_b[None], boot_b])
     largest = float(design.x[-1])
+    probs = draws.probs
 
     def gap_at(x: np.ndarray, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
         log_x = np.log(x)
         return np.exp(_log_curve(ta, log_x)) - np.exp(_log_curve(tb, log_x))
 
-    def interval(values: np.ndarray, estimate: float) -> dict:
-        return {
-            "estimate": float(estimate),
-            "low": float(np.quantile(values, level)),
-            "high": float(np.quantile(values, 1 - level)),
-        }
-
     gaps = gap_at(np.array(requested), rows_a, rows_b)
     gap_at_list = [
-        {**interval(gaps[1:, i], gaps[0, i]), "x": x, "reach": x / largest} for i, x in enumerate(requested)
+        {**_interval(gaps[1:, i], gaps[0, i], level, probs), "x": x, "reach": x / largest}
+        for i, x in enumerate(requested)
     ]
     slopes = math.log(2) * (_dlog_slope(rows_a, largest) - _dlog_slope(rows_b, largest))
-    change = {**interval(slopes[1:], slopes[0]), "at": largest}
-    curve = gap_at(grid, rows_a, rows_b)
+    change = {**_interval(slopes[1:], slopes[0], level, probs), "at": largest}
     observed_gap = (design.loss[a] - design.loss[b]).mean(axis=0)
-    parity = _parity(rows_a, rows_b, float(design.x[0]), horizon, level)
+    parity = _parity(rows_a, rows_b, float(design.x[0]), horizon, level, probs)
     (bt_a, bt_boot_a), (bt_b, bt_boot_b) = back[a], back[b]
-    bt = gap_at(np.array([largest]), np.vstack([bt_a[None], bt_boot_a]), np.vstack([bt_b[None], bt_boot_b]))[
-        :, 0
-    ]
-    bt_low, bt_high = float(np.quantile(bt[1:], level)), float(np.quantile(bt[1:], 1 - level))
+    bt = gap_at(np.array([largest]), np.vstack([bt_a[None], bt_boot_a]), np.vstack([bt_b[None], bt_boot_b]))
+    per_seed = (design.loss[a] - design.loss[b])[:, -1]
     backtest = {
-        "at": largest,
+        **_backtest(bt[:1, 0], bt[1:, 0], per_seed, largest, draws, level),
         "fitted_up_to": float(design.x[-2]),
-        "predicted": float(bt[0]),
-        "low": bt_low,
-        "high": bt_high,
-        "observed": float(observed_gap[-1]),
-        "error": float(bt[0] - observed_gap[-1]),
-        "covered": bool(bt_low <= observed_gap[-1] <= bt_high),
     }
     result = {
         "a": a,
@@ -573,12 +668,7 @@ def _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence)
         "parity": parity,
         "backtest": backtest,
         "observed_gap": observed_gap.tolist(),
-        "gap_curve": {
-            "x": grid.tolist(),
-            "estimate": curve[0].tolist(),
-            "low": np.quantile(curve[1:], level, axis=0).tolist(),
-            "high": np.quantile(curve[1:], 1 - level, axis=0).tolist(),
-        },
+        "gap_curve": {"x": grid.tolist(), **_band(gap_at(grid, rows_a, rows_b), level, probs)},
     }
     result["sentences"] = _pair_sentences(result, design, confidence)
     return result
@@ -589,7 +679,9 @@ def _dlog_slope(theta: np.ndarray, x: float) -> np.ndarray:
     return -theta[:, 2] * np.exp(theta[:, 1] - theta[:, 2] * math.log(x))
 
 
-def _parity(rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float, level: float) -> dict:
+def _parity(
+    rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float, level: float, probs: np.ndarray
+) -> dict:
     """The first x in [start, horizon] where the curves cross, per row (row 0 the full fit), by a sign change
     on a log grid refined by bisection in log x."""
     log_grid = np.linspace(math.log(start), math.log(horizon), 2000)
@@ -614,7 +706,7 @@ def _parity(rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float
         same = np.sign(gap(mid)) == start_sign
         low, high = np.where(same, mid, low), np.where(same, high, mid)
     at = np.where(crosses, np.exp(0.5 * (low + high))[:, 0], np.inf)
-    share = float(crosses[1:].mean())
+    share = float(probs @ crosses[1:] / probs.sum())
     reach = {"start": start, "horizon": horizon, "share_crossing": share}
     if not crosses[0]:
         return {
@@ -625,7 +717,7 @@ def _parity(rows_a: np.ndarray, rows_b: np.ndarray, start: float, horizon: float
             "reason": f"the fitted curves do not cross between {human(start)} and {human(horizon)}",
         }
     # resamples that never cross count as crossing beyond the horizon: the upper bound is then unknown
-    q_low, q_high = np.quantile(at[1:], [level, 1 - level], method="inverted_cdf")
+    q_low, q_high = _quantile(at[1:], level, probs), _quantile(at[1:], 1 - level, probs)
     return {
         **reach,
         "estimate": float(at[0]),
@@ -675,10 +767,7 @@ def scaling_report(
             "the runs have one model size" if len(sizes) < 2 else "some runs give no parameter count"
         )
     else:
-        ratios: dict[float, list[Observation]] = {}
-        for o in observations:
-            ratios.setdefault(float(f"{o.tokens / o.params:.3g}"), []).append(o)
-        for ratio, group in sorted(ratios.items()):
+        for ratio, group in _by_tokens_per_param(observations):
             label = f"{stats.fmt(ratio)} tokens per parameter: "
             entry = _try(
                 label,
@@ -691,8 +780,10 @@ def scaling_report(
         {
             "method": (
                 f"L = E + B·x^(−β) per interface, Huber (δ = {HUBER_DELTA:g}) on log loss, L-BFGS from a grid "
-                f"of starts; {100 * confidence:g}% expanded percentile intervals from {n_boot} resamples of seeds (the "
-                f"same draw for every interface), RNG seed {seed}; backtest without the largest budget"
+                f"of starts; {100 * confidence:g}% expanded percentile intervals over resamples of seeds (the same "
+                f"draw for every interface: every multiset with its probability where there are at most {n_boot}, "
+                f"else {n_boot} random draws, RNG seed {seed}); each fit checked against its points; backtest "
+                "without the largest budget"
             ),
             # what this call was given besides the observations: `scaling_report(observations, **arguments)`
             # recomputes the whole report from its shipped observations, bit for bit
@@ -713,6 +804,22 @@ def scaling_report(
     )
 
 
+def _by_tokens_per_param(observations: Sequence[Observation]) -> list[tuple[float, list[Observation]]]:
+    """Observations grouped by tokens per parameter, a ratio within ``RATIO_TOLERANCE`` of the group's smallest
+    joining it (budgets are whole steps, so one intended ratio is realised a little differently at each
+    size); each group is labelled by its geometric-mean ratio to 3 significant digits."""
+    groups: list[list[Observation]] = []
+    for o in sorted(observations, key=lambda o: o.tokens / o.params):
+        ratio = o.tokens / o.params
+        if groups and ratio <= groups[-1][0].tokens / groups[-1][0].params * (1 + RATIO_TOLERANCE):
+            groups[-1].append(o)
+        else:
+            groups.append([o])
+    return [
+        (float(f"{math.exp(np.mean([math.log(o.tokens / o.params) for o in g])):.3g}"), g) for g in groups
+    ]
+
+
 def _try(label: str, sentences: list[str], fit, what: str) -> dict:
     try:
         result = fit()
@@ -725,6 +832,23 @@ def _try(label: str, sentences: list[str], fit, what: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------------------
 # Sentences
+
+
+def _adequacy_sentences(name: str, adequacy: dict, design: Design) -> list[str]:
+    unit = "tokens" if design.x_name == "tokens" else "parameters"
+    sentences = []
+    if not adequacy["describes_points"]:
+        sentences.append(
+            f"The fitted curve of {name} misses its mean loss at {human(adequacy['worst_at'])} {unit} by "
+            f"{adequacy['worst_miss']:+.3g} nats/token, {stats.fmt(adequacy['worst_ratio'], 2)}× that mean's "
+            f"seed standard error (the limit is {stats.fmt(adequacy['limit'], 2)}×): L = E + B·x^(−β) does not "
+            "describe these points, so what the fits derive below (gaps, slopes, crossings) is not a result."
+        )
+    if adequacy["floor_at_zero"]:
+        sentences.append(
+            f"The fitted floor E of {name} went to 0: its curve is a pure power law, with no irreducible loss."
+        )
+    return sentences
 
 
 def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
@@ -772,22 +896,32 @@ def _pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
             f"{human(p['high']) if p['high'] is not None else 'beyond ' + human(p['horizon'])}]"
         )
         reach = p["estimate"] / largest
-        where = f"{_ratio(reach)} beyond the largest budget run" if reach > 1 else "inside the budgets run"
+        where = (
+            f"{_ratio(reach)} beyond the largest budget run"
+            if reach > 1
+            else "inside the budgets run, where the measured gaps at each budget say more than the fits"
+        )
         sentences.append(
             f"The fits cross at {human(p['estimate'])} {unit} ({level} {bounds}), {where}; "
             f"{100 * p['share_crossing']:.0f}% of the seed resamples cross before {human(p['horizon'])}."
         )
     bt = pair["backtest"]
-    inside = "inside" if bt["covered"] else "outside"
+    checked = _ratio(bt["at"] / bt["fitted_up_to"])
+    verdict = (
+        f"the error's interval includes 0, so the extrapolation has been checked over {checked}"
+        if bt["covered"]
+        else f"the error's interval excludes 0, so the extrapolation failed its check over {checked} and "
+        "the fits' predictions beyond the budgets run are not results"
+    )
     sentences.append(
         f"The backtest (fitted up to {human(bt['fitted_up_to'])}) predicted a gap of {_num(bt['predicted'])} "
         f"at {human(bt['at'])} ({level} [{_num(bt['low'])}, {_num(bt['high'])}]), observed "
-        f"{_num(bt['observed'])}: off by {_num(bt['error'])} nats/token, {inside} its interval; the "
-        f"extrapolation has been checked over {_ratio(bt['at'] / bt['fitted_up_to'])}"
+        f"{_num(bt['observed'])}: off by {_num(bt['error'])} nats/token ({level} of the error, the observed "
+        f"mean's seed noise included: [{_num(bt['error_low'])}, {_num(bt['error_high'])}]); {verdict}"
         + (
             f"; the prediction at {human(pair['gap_at'][-1]['x'])} reaches {_ratio(pair['gap_at'][-1]['reach'])} "
             "beyond the largest budget run, beyond what was checked."
-            if pair["gap_at"][-1]["reach"] > bt["at"] / bt["fitted_up_to"]
+            if bt["covered"] and pair["gap_at"][-1]["reach"] > bt["at"] / bt["fitted_up_to"]
             else "."
         )
     )

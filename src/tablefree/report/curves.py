@@ -86,8 +86,8 @@ def _schedule(runs: list[Run]) -> dict[str, Any] | None:
 
 
 def _branching(runs: list[Run]) -> dict[str, Any]:
-    """Per budget: whether its runs were branched, and from which step they trained their own decay; the tokens
-    trained against the tokens the same runs would take from scratch."""
+    """Per budget: how many of its runs were branched, and from which step they trained their own decay; the
+    tokens trained against the tokens the same runs would take from scratch."""
     per_point: dict[str, dict[str, Any]] = {}
     trained = from_scratch = 0.0
     for run in runs:
@@ -97,15 +97,24 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
         batch_tokens = load_yaml(run.directory / RUN_FILES["config"])["batch_tokens"]
         from_scratch += tokens
         trained += tokens - (branch["step"] * batch_tokens if branch else 0)
-        per_point.setdefault(
+        row = per_point.setdefault(
             run.point,
             {
                 "tokens": tokens,
                 "steps": summary.get("total_steps"),
-                "branched_from": branch["trunk"].split("/")[0] if branch else None,
-                "decay_from_step": branch["step"] if branch else None,
+                "runs": 0,
+                "branched": 0,
+                "branched_from": None,
+                "decay_from_step": None,
             },
         )
+        # a budget's runs may be trained either way (one added after some trunks had finished trains from
+        # scratch for those): count both, never label the budget from its first run
+        row["runs"] += 1
+        if branch:
+            row["branched"] += 1
+            row["branched_from"] = branch["trunk"].split("/")[0]
+            row["decay_from_step"] = branch["step"]
     return {
         "points": dict(sorted(per_point.items(), key=lambda item: item[1]["tokens"])),  # by budget
         "tokens_trained": trained,

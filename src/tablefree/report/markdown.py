@@ -360,11 +360,14 @@ def _fitted_curves(report: dict[str, Any]) -> str:
             "|---|---:|---:|---|",
         ]
         for point, row in branching["points"].items():
+            branched, runs = row.get("branched", 1 if row["branched_from"] else 0), row.get("runs")
             how = (
                 f"branched from the {row['branched_from']} run at step {row['decay_from_step']}, its own decay after it"
                 if row["branched_from"]
                 else "from scratch"
             )
+            if runs and 0 < branched < runs:
+                how = f"{branched} of {runs} runs {how}; {runs - branched} from scratch"
             lines.append(f"| {point} | {human(row['tokens'])} | {row['steps']} | {how} |")
         if branching["saving"] > 0:
             lines += [

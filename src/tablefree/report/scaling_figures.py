@@ -130,7 +130,7 @@ def gap_figure(group: dict[str, Any], observations: Sequence[Observation]) -> An
             color="#d62728",
             capsize=4,
             zorder=4,
-            label=f"backtest: fit to {bt['fitted_up_to']:.3g}, predicted ({'covered' if bt['covered'] else 'missed'})",
+            label=f"backtest: fit to {bt['fitted_up_to']:.3g}, predicted (check {'passed' if bt['covered'] else 'failed'})",
         )
         parity = pair["parity"]
         if parity["estimate"] is not None and parity["estimate"] <= right:
