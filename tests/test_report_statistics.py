@@ -99,6 +99,33 @@ def test_a_run_still_training_is_left_out_of_the_gap_curves(tmp_path: Path) -> N
     assert gaps[("learned", "canonical")]["seeds"] == 3
 
 
+def test_the_primary_point_is_the_last_one_every_interface_ran(tmp_path: Path) -> None:
+    """A rate grid per interface may end with a point that only one interface trains (canonical at 8e-3): the
+    report's headline tables must come from the last point where every interface finished a run."""
+    rng = np.random.default_rng(0)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    points = [{"name": "lr2e-3", "train": {"optim": {"lr": 2e-3}}}]
+    points.append({"name": "lr8e-3", "train": {"optim": {"lr": 8e-3}}, "interfaces": ["canonical"]})
+    config = {
+        "name": "rates",
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0, 1, 2],
+        "grid_points": points,
+    }
+    (sweep / "compare.yaml").write_text(yaml.safe_dump(config))
+    for point, interfaces in (("lr2e-3", ("learned", "canonical")), ("lr8e-3", ("canonical",))):
+        staging = tmp_path / point
+        for seed in range(3):
+            for interface in interfaces:
+                _write_run(staging, interface, seed, rng, 4, 0.3 * (interface == "canonical"))
+        (sweep / "runs").mkdir(exist_ok=True)
+        (staging / "runs").rename(sweep / "runs" / point)
+    report = build_report(sweep, n_boot=200)
+    assert report["primary_point"] == "lr2e-3"
+    assert set(report["metrics"]["validation/val_loss"]["per_interface"]) == {"learned", "canonical"}
+
+
 def test_no_trend_from_two_points(tmp_path: Path) -> None:
     from tablefree.report import comparison
     from tablefree.rundir import find_runs

@@ -58,9 +58,11 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
     points = comparison.ordered_points(runs, config)
     # the control interfaces every other one is compared with (compare's `baselines`), those that have runs
     controls = [name for name in config.get("baselines") or [] if name in interfaces]
-    per_point, comps, gaps = [], [], []
+    per_point, comps, gaps, complete = [], [], [], []
     for point in points:
         here = [run for run in runs if run.point == point]
+        if set(interfaces) <= {run.interface for run in comparison.finished(here)}:
+            complete.append(point)
         table = comparison.metric_table(comparison.finished(here), interfaces)
         per_point.append(
             {
@@ -73,7 +75,9 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
         )
         comps += comparison.comparisons(here, interfaces, n_boot, point, controls)
         gaps += comparison.gap_curves(here, interfaces, point, controls)
-    primary = per_point[-1]  # the last grid point (the largest budget or model), or the only one
+    # the last grid point (the largest budget or model) at which every interface finished a run, or the only
+    # one: a point that trains some interfaces only (a per-interface rate grid) would leave the others out
+    primary = next((p for p in reversed(per_point) if p["name"] in complete), per_point[-1])
     return {
         "name": config.get("name", sweep_dir.name),
         "sweep_dir": str(sweep_dir),  # as given: a committed report names no local absolute path
