@@ -264,6 +264,27 @@ def test_a_curve_that_misses_its_points_says_so_first():
     assert not any("misses its mean loss" in s for s in fair["sentences"])
 
 
+def test_measured_changes_between_budgets_need_no_fit():
+    """The gap's change from one budget to the next, paired by seed: exact on noiseless points, read as shrinking
+    toward the crossing, reported (never resolved) with 2 seeds, and present where the fit is refused."""
+    measured = scaling.measured_changes(study(None))
+    steps = measured["steps"]
+    assert [(r["from"], r["to"]) for r in steps] == list(zip(BUDGETS[:-1], BUDGETS[1:]))
+    gap = lambda d: curve("learned", d) - curve("canonical", d)  # noqa: E731
+    for row in steps:
+        assert row["change"] == pytest.approx(gap(row["to"]) - gap(row["from"]), abs=1e-9)
+        assert row["gap_from"] == pytest.approx(gap(row["from"]), abs=1e-9)
+        assert row["seeds"] == 5 and row["reading"] == "the gap shrank"
+    two_seeds = [o for o in study(np.random.default_rng(6)) if o.seed < 2]
+    (first, *_) = scaling.measured_changes(two_seeds)["steps"]
+    assert first["reading"] == "not resolved with 2 seeds" and first["low"] < first["change"] < first["high"]
+    short = [o for o in study(np.random.default_rng(6)) if o.tokens <= BUDGETS[1]]
+    report = scaling.scaling_report(short, n_boot=20)
+    (group,) = report["tokens"]
+    assert group["refused"] and len(group["measured"]["steps"]) == 1
+    assert report["sentences"][0].startswith("From 500k to 1M tokens (separate runs, paired by seed)")
+
+
 def test_analysis_is_reproducible_from_its_rng_seed():
     rows = study(np.random.default_rng(5))
     first = scaling.analyse(rows, n_boot=30, seed=7)

@@ -729,6 +729,86 @@ def _parity(
     }
 
 
+def measured_changes(
+    observations: Sequence[Observation],
+    pairs: Sequence[tuple[str, str]] | None = None,
+    confidence: float = 0.95,
+) -> dict:
+    """No fit: for each pair (A, B) and each step between consecutive budgets, how the measured gap A − B moved,
+    paired by seed (the seeds with a run of both interfaces at both budgets), with its t interval over those
+    seeds. Every number is a difference of separate runs' final losses; the intervals are per step, not
+    adjusted for the number of steps. Observations of one model size."""
+    table: dict[tuple[str, int], dict[float, float]] = {}
+    for o in observations:
+        table.setdefault((o.interface, o.seed), {})[o.tokens] = o.loss
+    names = list(dict.fromkeys(o.interface for o in observations))
+    pairs = list(itertools.combinations(names, 2)) if pairs is None else [tuple(p) for p in pairs]
+    budgets = sorted({o.tokens for o in observations})
+    seeds = sorted({o.seed for o in observations})
+    rows, sentences = [], []
+    for a, b in pairs:
+        for low, high in itertools.pairwise(budgets):
+            changes = []
+            for seed in seeds:
+                ra, rb = table.get((a, seed), {}), table.get((b, seed), {})
+                if all(x in ra and x in rb for x in (low, high)):
+                    changes.append((ra[high] - rb[high]) - (ra[low] - rb[low]))
+            if not changes:
+                continue
+            row = _measured_step(a, b, low, high, changes, table, seeds, confidence)
+            rows.append(row)
+            sentences.append(row["sentence"])
+    return {"confidence": confidence, "steps": rows, "sentences": sentences}
+
+
+def _measured_step(a, b, low, high, changes, table, seeds, confidence) -> dict:
+    n = len(changes)
+    mean = float(np.mean(changes))
+    gap_low = float(
+        np.mean([table[(a, s)][low] - table[(b, s)][low] for s in seeds if _ran(table, a, b, s, low)])
+    )
+    if n >= 2:
+        half = (
+            stats.student_t_ppf(1 - (1 - confidence) / 2, n - 1)
+            * float(np.std(changes, ddof=1))
+            / math.sqrt(n)
+        )
+        interval = (mean - half, mean + half)
+    else:
+        interval = (None, None)
+    toward = mean * gap_low < 0  # the change has the opposite sign of the gap: the gap moved toward 0
+    resolved = n >= MIN_SEEDS and interval[0] is not None and (interval[0] > EXACT or interval[1] < -EXACT)
+    level = f"{100 * confidence:g}% CI"
+    bounds = f"{level} [{_num(interval[0])}, {_num(interval[1])}], " if interval[0] is not None else ""
+    if not resolved:
+        reading = "not resolved" + (f" with {n} seeds" if n < MIN_SEEDS else "")
+    elif not toward:
+        reading = "the gap grew"
+    else:
+        reading = "the gap shrank" if abs(mean) <= abs(gap_low) else "the gap changed sign"
+    sentence = (
+        f"From {human(low)} to {human(high)} tokens (separate runs, paired by seed) the measured {a} − {b} gap "
+        f"moved from {_num(gap_low)} by {mean:+.3g} nats/token ({bounds}{n} seeds): {reading}."
+    )
+    return {
+        "a": a,
+        "b": b,
+        "from": low,
+        "to": high,
+        "gap_from": gap_low,
+        "change": mean,
+        "low": interval[0],
+        "high": interval[1],
+        "seeds": n,
+        "reading": reading,
+        "sentence": sentence,
+    }
+
+
+def _ran(table: dict, a: str, b: str, seed: int, x: float) -> bool:
+    return x in table.get((a, seed), {}) and x in table.get((b, seed), {})
+
+
 def scaling_report(
     observations: Sequence[Observation],
     pairs: Sequence[tuple[str, str]] | None = None,
@@ -742,8 +822,9 @@ def scaling_report(
     """Everything, as strict-JSON-ready data: per model size the fit against tokens (``analyse``), and where
     the runs have several sizes, per tokens-per-parameter ratio the fit against parameters; a design too short
     for a fit is recorded with the reason (``refused``) instead. ``predict_at`` are token budgets to predict
-    the gaps at (the largest budget run always is one). ``sentences`` collects every fit's sentences and
-    refusals."""
+    the gaps at (the largest budget run always is one). Per model size, ``measured`` holds how each pair's
+    measured gap moved between consecutive budgets (``measured_changes``: no fit, also where the fit is
+    refused). ``sentences`` collects those, then every fit's sentences and refusals."""
     kwargs = {"pairs": pairs, "n_boot": n_boot, "seed": seed, "confidence": confidence}
     sizes = sorted({o.params for o in observations}, key=lambda p: (p is not None, p or 0.0))
     by_tokens = []
@@ -751,6 +832,8 @@ def scaling_report(
     for size in sizes:
         group = [o for o in observations if o.params == size]
         label = f"{human(size)} parameters: " if len(sizes) > 1 and size is not None else ""
+        measured = measured_changes(group, pairs=pairs, confidence=confidence)
+        sentences.extend(label + s for s in measured["sentences"])
         entry = _try(
             label,
             sentences,
@@ -759,7 +842,7 @@ def scaling_report(
             ),
             "fit against tokens",
         )
-        by_tokens.append({"params": size, **entry})
+        by_tokens.append({"params": size, **entry, "measured": measured})
     by_params = []
     params_reason = None
     if len(sizes) < 2 or None in sizes:

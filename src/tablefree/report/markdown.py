@@ -377,8 +377,17 @@ def _fitted_curves(report: dict[str, Any]) -> str:
                 "a branch is bit-identical to its from-scratch run (docs/experiments.md).",
             ]
         fits = entry["fits"]
-        lines += ["", f"Method: {fits['method']}.", ""]
-        lines += [f"- {sentence}" for sentence in fits["sentences"]]
+        measured = [s for group in fits["tokens"] for s in (group.get("measured") or {}).get("sentences", [])]
+        if measured:
+            lines += [
+                "",
+                "**Measured across separate runs, no fit** (each step's change of the gap paired by seed, with its "
+                "t interval over the seeds; per step, not adjusted for the number of steps):",
+                "",
+            ]
+            lines += [f"- {sentence}" for sentence in measured]
+        lines += ["", f"**Fitted.** Method: {fits['method']}.", ""]
+        lines += [f"- {sentence}" for sentence in fits["sentences"] if sentence not in measured]
         if fits.get("params_reason"):
             lines.append(f"- No fit against parameters: {fits['params_reason']}.")
     return "\n".join(lines)
