@@ -17,7 +17,7 @@ from typing import Any
 
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
-from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
+from tablefree.fileio import read_json, strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison, curves, regime, tuning
 from tablefree.report.data import DATA_FILE, report_data
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
@@ -140,6 +140,8 @@ def _run_row(run: Run) -> dict[str, Any]:
         "final_val_estimate": run.final_estimate(),
         "completed": summary.get("completed"),
         "metrics": run.metric_values(),
+        # a budget branch resumes its trunk's checkpoint: its wall time and tokens/s include the trunk's up to it
+        "branched_at_step": (read_json(run.directory / RUN_FILES["branch"], default=None) or {}).get("step"),
     }
 
 

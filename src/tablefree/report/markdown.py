@@ -504,12 +504,20 @@ def _runs(report: dict[str, Any]) -> str:
         f"{ESTIMATE_NAME} | {EVALUATION_NAME} |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    branched = [r for r in report["runs"] if r.get("branched_at_step")]
     for r in report["runs"]:
+        name = r["name"] + (f" (branch, step {r['branched_at_step']})" if r.get("branched_at_step") else "")
         lines.append(
-            f"| {r['name']} | {r['state']} | {_int(r['tokens_seen'])} | {_seconds(r['train_wall_s'])} | "
+            f"| {name} | {r['state']} | {_int(r['tokens_seen'])} | {_seconds(r['train_wall_s'])} | "
             f"{_int(r['tokens_per_s'])} | {_seconds(r['eval_wall_s'])} | {_num(r['final_train_loss'])} | "
             f"{_num(r['final_val_estimate'])} | {_num(r['metrics'].get(VAL_LOSS))} |"
         )
+    if branched:
+        lines += [
+            "",
+            f"A branch (here {len(branched)} runs) resumes its trunk's checkpoint at the step named and trains its "
+            "own decay: its train wall time and tokens/s include the trunk's training up to that step.",
+        ]
     return "\n".join(lines)
 
 
