@@ -383,6 +383,20 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
 
     shipped = json.loads(json.dumps(entry, allow_nan=False))  # as read back from report.json
     assert scaling_report(observations_of(shipped), **shipped["fits"]["arguments"]) == shipped["fits"]
+    # the sweep config's predict_at (or the report's --predict-at) adds budgets the fits predict the gaps at
+    (predicted,) = fitted_curves(runs, {**config, "predict_at": ["64M"]}, ["learned", "canonical"], [], 200)
+    (gap_64m,) = [g for g in predicted["fits"]["tokens"][0]["pairs"][0]["gap_at"] if g["x"] == 64e6]
+    assert gap_64m["reach"] == 16.0 and gap_64m["low"] <= gap_64m["estimate"] <= gap_64m["high"]
+    assert any(s.startswith("At 64M tokens (16× beyond") for s in predicted["fits"]["sentences"])
+    assert predicted["fits"]["arguments"]["predict_at"] == [64e6]
+    with pytest.raises(ValueError, match=r"predict_at\[0\]: expected an integer such as"):
+        fitted_curves(runs, config, ["learned", "canonical"], [], 200, predict_at=["lots"])
+    from tablefree.compare import CompareConfig
+    from tablefree.config_parsing import from_dict
+
+    assert from_dict(CompareConfig, {"predict_at": ["17B", "100B"]}).predict_at == ["17B", "100B"]
+    with pytest.raises(ValueError, match=r"predict_at\[1\]: expected an integer"):
+        from_dict(CompareConfig, {"predict_at": ["17B", "a lot"]})
     # two budgets: the fit is refused with its reason, never a trend from two points
     runs, config = synthetic_runs(tmp_path / "short", budgets[:2], [0, 1, 2])
     (entry,) = fitted_curves(runs, config, ["learned", "canonical"], [], n_boot=200)

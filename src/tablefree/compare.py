@@ -42,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, to_dict
+from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, parse_count, to_dict
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
 from tablefree.launch import SlurmSpec
@@ -225,6 +225,9 @@ class CompareConfig:
         ""  # the YAML the config was read from (load_compare_config sets it; the report's title)
     )
     analysis: bool = False  # run `tablefree analyze` on every finished run; its section joins the report
+    # token budgets at which the report's fitted curves predict each gap, e.g. [17B, 100B] (the papers'); every
+    # prediction says how far beyond the largest budget run it reaches and whether the backtest held
+    predict_at: list[str | int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         unknown = [i for i in self.interfaces if i not in INTERFACES]
@@ -239,6 +242,8 @@ class CompareConfig:
             )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
+        for index, budget in enumerate(self.predict_at):
+            parse_count(budget, f"predict_at[{index}]")
         unknown = [name for name in self.interface_train if name not in INTERFACES]
         if unknown or not all(isinstance(v, dict) for v in self.interface_train.values()):
             raise ValueError(

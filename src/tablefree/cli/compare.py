@@ -70,7 +70,25 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument(
         "--bootstrap", type=int, default=None, help="bootstrap replicates (default: the sweep's)"
     )
+    report.add_argument(
+        "--predict-at",
+        type=_budgets,
+        default=None,
+        metavar="BUDGETS",
+        help="comma-separated token budgets at which the fitted curves predict each gap, e.g. 17B,100B "
+        "(default: the sweep config's predict_at); each prediction says how far beyond the largest budget "
+        "run it reaches and whether the backtest held",
+    )
     report.set_defaults(func=run_report)
+
+
+def _budgets(text: str) -> list[int]:
+    from tablefree.config_parsing import parse_count
+
+    try:
+        return [parse_count(part, "--predict-at") for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _names(text: str) -> list[str]:
@@ -172,7 +190,7 @@ def compare_command(args: argparse.Namespace) -> str:
 def run_report(args: argparse.Namespace) -> int:
     from tablefree.report import build_report
 
-    report = build_report(args.sweep_dir, n_boot=args.bootstrap)
+    report = build_report(args.sweep_dir, n_boot=args.bootstrap, predict_at=args.predict_at)
     print_verdict(report, args.sweep_dir)
     return 0
 

@@ -25,9 +25,12 @@ from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 __all__ = ["build_report", "verdict"]
 
 
-def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, Any]:
+def build_report(
+    sweep_dir: str | Path, n_boot: int | None = None, predict_at: list[str | int] | None = None
+) -> dict[str, Any]:
     """Write ``report.md``, ``report.json``, ``report_data.json`` and ``figures/*.png`` into ``sweep_dir``;
-    return the JSON report."""
+    return the JSON report. ``predict_at`` (token budgets, e.g. ["17B", "100B"]) replaces the sweep config's
+    budgets at which the fitted curves predict the gaps."""
     from tablefree.report.figures import draw_figures
     from tablefree.report.markdown import render_markdown
     from tablefree.report.scaling_figures import draw_scaling_figures
@@ -40,7 +43,7 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
         raise FileNotFoundError(f"{sweep_dir}: no runs (expected runs/{{interface}}-s{{seed}}/ directories)")
     config = sweep_config(sweep_dir)
     n_boot = n_boot or int(config.get("bootstrap", stats.DEFAULT_BOOTSTRAP))
-    report = assemble(sweep_dir, runs, config, n_boot)
+    report = assemble(sweep_dir, runs, config, n_boot, predict_at)
     figures_dir = sweep_dir / "figures"
     figures_dir.mkdir(exist_ok=True)
     report["figures"] = draw_figures(runs, report, figures_dir)
@@ -52,7 +55,13 @@ def build_report(sweep_dir: str | Path, n_boot: int | None = None) -> dict[str, 
     return report
 
 
-def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: int) -> dict[str, Any]:
+def assemble(
+    sweep_dir: Path,
+    runs: list[Run],
+    config: dict[str, Any],
+    n_boot: int,
+    predict_at: list[str | int] | None = None,
+) -> dict[str, Any]:
     """The report's content (everything but the figures)."""
     interfaces = comparison.ordered_interfaces(runs)
     points = comparison.ordered_points(runs, config)
@@ -101,7 +110,7 @@ def assemble(sweep_dir: Path, runs: list[Run], config: dict[str, Any], n_boot: i
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
             "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),
-            "fitted_curves": curves.fitted_curves(runs, config, interfaces, controls, n_boot),
+            "fitted_curves": curves.fitted_curves(runs, config, interfaces, controls, n_boot, predict_at),
         },
         "config": config,
         "train_config": _train_config(runs),

@@ -15,17 +15,25 @@ from typing import Any
 import yaml
 
 from tablefree import scaling
-from tablefree.config_parsing import load_yaml
+from tablefree.config_parsing import load_yaml, parse_count
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
 
 
 def fitted_curves(
-    runs: list[Run], config: dict[str, Any], interfaces: list[str], controls: list[str], n_boot: int
+    runs: list[Run],
+    config: dict[str, Any],
+    interfaces: list[str],
+    controls: list[str],
+    n_boot: int,
+    predict_at: list[str | int] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per group of grid points that differ only in their budget (and model size), with at least two
-    budgets: the observations, the schedule, the branching and ``scaling.scaling_report``'s fits."""
+    budgets: the observations, the schedule, the branching and ``scaling.scaling_report``'s fits, which also
+    predict the gaps at ``predict_at`` (token budgets; None: the sweep config's ``predict_at``)."""
+    budgets = (config.get("predict_at") or []) if predict_at is None else predict_at
+    predict = [float(parse_count(b, f"predict_at[{i}]")) for i, b in enumerate(budgets)]
     groups: dict[str, list[str]] = {}
     for point in config.get("grid_points") or []:
         train = point.get("train") or {}
@@ -43,7 +51,7 @@ def fitted_curves(
             [i for i in interfaces if any(o.interface == i for o in observations)], controls
         )
         fits = scaling.scaling_report(
-            observations, pairs=pairs, n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP)
+            observations, pairs=pairs, predict_at=predict, n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP)
         )
         entries.append(
             {
