@@ -214,6 +214,10 @@ def test_size_fit_over_parameters_at_fixed_tokens_per_parameter():
         CANONICAL[2], rel=0.05
     )
     assert all("5 or more budgets, got 1" in g["refused"] for g in report["tokens"])
+    # the figures draw every point of the ratio group, though the ratios differ in the third digit
+    from tablefree.report.scaling_figures import _group_points
+
+    assert len(_group_points(group, rows)) == len(rows) == 30
 
 
 def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():

@@ -748,47 +748,34 @@ def measured_changes(
     rows, sentences = [], []
     for a, b in pairs:
         for low, high in itertools.pairwise(budgets):
-            changes = []
-            for seed in seeds:
-                ra, rb = table.get((a, seed), {}), table.get((b, seed), {})
-                if all(x in ra and x in rb for x in (low, high)):
-                    changes.append((ra[high] - rb[high]) - (ra[low] - rb[low]))
-            if not changes:
+            paired = [s for s in seeds if all(_ran(table, a, b, s, x) for x in (low, high))]
+            if not paired:
                 continue
-            row = _measured_step(a, b, low, high, changes, table, seeds, confidence)
+            gap = {x: [table[(a, s)][x] - table[(b, s)][x] for s in paired] for x in (low, high)}
+            row = _measured_step(a, b, low, high, gap, confidence)
             rows.append(row)
             sentences.append(row["sentence"])
     return {"confidence": confidence, "steps": rows, "sentences": sentences}
 
 
-def _measured_step(a, b, low, high, changes, table, seeds, confidence) -> dict:
-    n = len(changes)
-    mean = float(np.mean(changes))
-    gap_low = float(
-        np.mean([table[(a, s)][low] - table[(b, s)][low] for s in seeds if _ran(table, a, b, s, low)])
-    )
-    if n >= 2:
-        half = (
-            stats.student_t_ppf(1 - (1 - confidence) / 2, n - 1)
-            * float(np.std(changes, ddof=1))
-            / math.sqrt(n)
-        )
-        interval = (mean - half, mean + half)
-    else:
-        interval = (None, None)
-    toward = mean * gap_low < 0  # the change has the opposite sign of the gap: the gap moved toward 0
-    resolved = n >= MIN_SEEDS and interval[0] is not None and (interval[0] > EXACT or interval[1] < -EXACT)
-    level = f"{100 * confidence:g}% CI"
-    bounds = f"{level} [{_num(interval[0])}, {_num(interval[1])}], " if interval[0] is not None else ""
+def _measured_step(a: str, b: str, low: float, high: float, gap: dict, confidence: float) -> dict:
+    """The change of the per-seed gaps from budget ``low`` to ``high``, paired by seed (``stats``' seed t)."""
+    n = len(gap[low])
+    change = stats.paired_seed_difference(gap[high], gap[low], confidence=confidence)
+    gap_low = float(np.mean(gap[low]))
+    toward = change.estimate * gap_low < 0  # the change has the opposite sign of the gap: toward 0
+    resolved = n >= MIN_SEEDS and change.low is not None and (change.low > EXACT or change.high < -EXACT)
     if not resolved:
         reading = "not resolved" + (f" with {n} seeds" if n < MIN_SEEDS else "")
     elif not toward:
         reading = "the gap grew"
     else:
-        reading = "the gap shrank" if abs(mean) <= abs(gap_low) else "the gap changed sign"
+        reading = "the gap shrank" if abs(change.estimate) <= abs(gap_low) else "the gap changed sign"
+    level = f"{100 * confidence:g}% CI"
+    bounds = f"{level} [{_num(change.low)}, {_num(change.high)}], " if change.low is not None else ""
     sentence = (
         f"From {human(low)} to {human(high)} tokens (separate runs, paired by seed) the measured {a} − {b} gap "
-        f"moved from {_num(gap_low)} by {mean:+.3g} nats/token ({bounds}{n} seeds): {reading}."
+        f"moved from {_num(gap_low)} by {change.estimate:+.3g} nats/token ({bounds}{n} seeds): {reading}."
     )
     return {
         "a": a,
@@ -796,9 +783,9 @@ def _measured_step(a, b, low, high, changes, table, seeds, confidence) -> dict:
         "from": low,
         "to": high,
         "gap_from": gap_low,
-        "change": mean,
-        "low": interval[0],
-        "high": interval[1],
+        "change": change.estimate,
+        "low": change.low,
+        "high": change.high,
         "seeds": n,
         "reading": reading,
         "sentence": sentence,
@@ -850,7 +837,7 @@ def scaling_report(
             "the runs have one model size" if len(sizes) < 2 else "some runs give no parameter count"
         )
     else:
-        for ratio, group in _by_tokens_per_param(observations):
+        for ratio, group in groups_by_tokens_per_param(observations):
             label = f"{stats.fmt(ratio)} tokens per parameter: "
             entry = _try(
                 label,
@@ -887,7 +874,7 @@ def scaling_report(
     )
 
 
-def _by_tokens_per_param(observations: Sequence[Observation]) -> list[tuple[float, list[Observation]]]:
+def groups_by_tokens_per_param(observations: Sequence[Observation]) -> list[tuple[float, list[Observation]]]:
     """Observations grouped by tokens per parameter, a ratio within ``RATIO_TOLERANCE`` of the group's smallest
     joining it (budgets are whole steps, so one intended ratio is realised a little differently at each
     size); each group is labelled by its geometric-mean ratio to 3 significant digits."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from tablefree.report.figures import _save_figure, interface_colors
-from tablefree.scaling import Observation
+from tablefree.scaling import Observation, groups_by_tokens_per_param
 
 EXTRAPOLATION_SHOWN = (
     4.0  # curves are drawn to this multiple of the largest budget (or the furthest prediction)
@@ -160,12 +160,12 @@ def _group_points(group: dict[str, Any], observations: Sequence[Observation]) ->
     if group["x"] == "tokens":
         keep = [o for o in observations if o.params == group["params"] and o.tokens in budgets]
     else:
-        ratio = group["tokens_per_param"]
-        keep = [
-            o
-            for o in observations
-            if o.params is not None and float(f"{o.tokens / o.params:.3g}") == ratio and o.params in budgets
-        ]
+        with_params = [o for o in observations if o.params is not None]
+        keep = next(
+            (g for ratio, g in groups_by_tokens_per_param(with_params) if ratio == group["tokens_per_param"]),
+            [],
+        )
+        keep = [o for o in keep if o.params in budgets]
     return [o for o in keep if o.seed in seeds]
 
 
