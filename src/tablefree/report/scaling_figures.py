@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tablefree import stats
 from tablefree.report.figures import _save_figure, interface_colors
 from tablefree.scaling import Observation, groups_by_tokens_per_param
 
@@ -117,8 +118,17 @@ def gap_figure(group: dict[str, Any], observations: Sequence[Observation]) -> An
         ax.plot(
             xs[shown], np.array(pair["gap_curve"]["estimate"])[shown], color="#1f77b4", label="fitted gap"
         )
-        ax.scatter(
-            group["budgets"], pair["observed_gap"], color="black", s=18, zorder=3, label="observed mean gap"
+        low, high = _measured_gap_intervals(group, pair, observations)
+        ax.errorbar(
+            group["budgets"],
+            pair["observed_gap"],
+            yerr=[np.subtract(pair["observed_gap"], low), np.subtract(high, pair["observed_gap"])],
+            fmt="o",
+            color="black",
+            markersize=4,
+            capsize=3,
+            zorder=3,
+            label="measured mean gap, 95% t interval over seeds",
         )
         ax.axvspan(group["largest"], right, color="grey", alpha=0.1, label="extrapolation")
         bt = pair["backtest"]
@@ -152,6 +162,23 @@ def _right_edge(group: dict[str, Any]) -> float:
         + [p["x"] for fit in group["interfaces"].values() for p in fit.get("predictions", [])]
     )
     return min(group["horizon"], max(EXTRAPOLATION_SHOWN * group["largest"], furthest * 1.2))
+
+
+def _measured_gap_intervals(
+    group: dict[str, Any], pair: dict[str, Any], observations: Sequence[Observation]
+) -> tuple[list[float], list[float]]:
+    """Per budget of the fit, the measured gap's paired-by-seed t interval (the fit's seeds, which ran every
+    budget for every interface)."""
+    x_name = group["x"]
+    loss = {(o.interface, o.seed, getattr(o, x_name)): o.loss for o in observations}
+    low, high = [], []
+    for x in group["budgets"]:
+        a = [loss[(pair["a"], seed, x)] for seed in group["seeds"]]
+        b = [loss[(pair["b"], seed, x)] for seed in group["seeds"]]
+        difference = stats.paired_seed_difference(a, b)
+        low.append(difference.low)
+        high.append(difference.high)
+    return low, high
 
 
 def _group_points(group: dict[str, Any], observations: Sequence[Observation]) -> list[Observation]:
