@@ -123,6 +123,10 @@ def test_the_primary_point_is_the_last_one_every_interface_ran(tmp_path: Path) -
         (staging / "runs").rename(sweep / "runs" / point)
     report = build_report(sweep, n_boot=200)
     assert report["primary_point"] == "lr2e-3"
+    assert (
+        "tables are at grid point lr2e-3, the last one at which every interface finished a run (not lr8e-3)"
+        in (sweep / "report.md").read_text()
+    )
     assert set(report["metrics"]["validation/val_loss"]["per_interface"]) == {"learned", "canonical"}
 
 

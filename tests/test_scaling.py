@@ -3,6 +3,7 @@ simulation of many studies in which the seed-resampled intervals must cover the 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -191,6 +192,14 @@ def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
     assert all(g["refused"] is None for g in report["tokens"])
     assert report["params"] and all("5 or more model sizes" in g["refused"] for g in report["params"])
     assert any(s.startswith("1M parameters: At 8M tokens") for s in report["sentences"])
+    # each size's measured changes carry the size, and the report lists each sentence once
+    from tablefree.report.markdown import _fitted_curves
+
+    entry = {"points": [], "schedule": {}, "branching": {"points": {}, "saving": 0}, "fits": report}
+    text = _fitted_curves({"statistics": {"fitted_curves": [entry]}})
+    first = "- 1M parameters: From 500k to 1M tokens (separate runs, paired by seed)"
+    assert text.count(first) == 1 and text.count("- 2M parameters: From 500k to 1M tokens") == 1
+    assert "\n- From 500k" not in text  # never without the size it belongs to
     json.dumps(report, allow_nan=False)
 
 
@@ -233,6 +242,26 @@ def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():
     assert "9 random resamples" in random.description and "all 10 multisets" in draws.description
 
 
+def test_weighted_quantile_keeps_ties_and_infinities_at_the_tails():
+    values = np.array([1.0, 1.0, 2.0, np.inf, np.inf])
+    probs = np.full(5, 0.2)
+    assert scaling._quantile(values, 0.3, probs) == 1.0  # a tie: the lower tied value
+    assert scaling._quantile(values, 0.95, probs) == np.inf  # an upper bound past the horizon stays unbounded
+    assert scaling._quantile(values, 0.0, probs) == 1.0
+    # the expanded tail of 5 seeds (about 0.00095) picks the most extreme resample once its mass covers it
+    tails = np.array([0.0, 1.0, 2.0])
+    assert scaling._quantile(tails, 0.00095, np.array([0.0016, 0.5, 0.4984])) == 0.0
+    assert scaling._quantile(tails, 0.00095, np.array([0.0009, 0.5, 0.4991])) == 1.0
+
+
+def test_a_point_resample_without_the_largest_budget_is_left_out_of_the_backtest_error():
+    # 1 seed × 2 budgets, two point resamples: the first drew only the small budget's point
+    draws = scaling._Draws(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([0.5, 0.5]), "two")
+    result = scaling._backtest(3.0, np.array([5.0, 3.5]), np.array([3.2]), 8e6, draws, level=0.25)
+    assert result["error_low"] == result["error_high"] == pytest.approx(0.3)  # the second resample alone
+    assert result["low"] == 3.5 and result["high"] == 5.0  # the prediction's interval keeps both
+
+
 def test_weighted_quantile_is_the_inverted_cdf():
     values = np.array([[3.0, 0.0], [1.0, 2.0], [2.0, 1.0], [4.0, 3.0]])
     equal = np.full(4, 0.25)
@@ -273,7 +302,7 @@ def test_measured_changes_between_budgets_need_no_fit():
     toward the crossing, reported (never resolved) with 2 seeds, and present where the fit is refused."""
     measured = scaling.measured_changes(study(None))
     steps = measured["steps"]
-    assert [(r["from"], r["to"]) for r in steps] == list(zip(BUDGETS[:-1], BUDGETS[1:]))
+    assert [(r["from"], r["to"]) for r in steps] == list(itertools.pairwise(BUDGETS))
     gap = lambda d: curve("learned", d) - curve("canonical", d)  # noqa: E731
     for row in steps:
         assert row["change"] == pytest.approx(gap(row["to"]) - gap(row["from"]), abs=1e-9)

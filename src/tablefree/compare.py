@@ -243,7 +243,10 @@ class CompareConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
         for index, budget in enumerate(self.predict_at):
-            parse_count(budget, f"predict_at[{index}]")
+            if isinstance(budget, bool) or parse_count(budget, f"predict_at[{index}]") <= 0:
+                raise ValueError(
+                    f"predict_at[{index}]: expected a positive token count such as 17B, got {budget!r}"
+                )
         unknown = [name for name in self.interface_train if name not in INTERFACES]
         if unknown or not all(isinstance(v, dict) for v in self.interface_train.values()):
             raise ValueError(

@@ -86,9 +86,14 @@ def _budgets(text: str) -> list[int]:
     from tablefree.config_parsing import parse_count
 
     try:
-        return [parse_count(part, "--predict-at") for part in text.split(",") if part.strip()]
+        budgets = [parse_count(part, "--predict-at") for part in text.split(",") if part.strip()]
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    if not budgets or min(budgets) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--predict-at: expected positive token counts such as 17B,100B, got {text!r}"
+        )
+    return budgets
 
 
 def _names(text: str) -> list[str]:

@@ -34,6 +34,8 @@ def fitted_curves(
     predict the gaps at ``predict_at`` (token budgets; None: the sweep config's ``predict_at``)."""
     budgets = (config.get("predict_at") or []) if predict_at is None else predict_at
     predict = [float(parse_count(b, f"predict_at[{i}]")) for i, b in enumerate(budgets)]
+    if any(isinstance(b, bool) for b in budgets) or any(x <= 0 for x in predict):
+        raise ValueError(f"predict_at: expected positive token counts such as 17B, got {budgets!r}")
     groups: dict[str, list[str]] = {}
     for point in config.get("grid_points") or []:
         train = point.get("train") or {}
@@ -122,7 +124,9 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
         if branch:
             row["branched"] += 1
             row["branched_from"] = branch["trunk"].split("/")[0]
-            row["decay_from_step"] = branch["step"]
+            steps = sorted({*row.pop("decay_steps", []), branch["step"]})
+            row["decay_steps"] = steps  # one step unless the budget's runs branched at different steps
+            row["decay_from_step"] = steps[0] if len(steps) == 1 else ", ".join(map(str, steps))
     return {
         "points": dict(sorted(per_point.items(), key=lambda item: item[1]["tokens"])),  # by budget
         "tokens_trained": trained,

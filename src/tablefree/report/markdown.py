@@ -73,6 +73,11 @@ def _header(report: dict[str, Any]) -> str:
         left_out = format_coverage({"coverage": valset.get("coverage")})
         if left_out:
             lines.append(f"\n**Not the whole validation split.** {left_out}.")
+    if points and report.get("primary_point") and report["primary_point"] != points[-1]:
+        lines.append(
+            f"\nThe Parameters and Results tables are at grid point {report['primary_point']}, the last one at "
+            f"which every interface finished a run (not {points[-1]})."
+        )
     for row in (r for r in runs if r["state"] == "failed"):
         lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
     lines += [f"\n> {note}" for note in report["config"].get("notes") or []]

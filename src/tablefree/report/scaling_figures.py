@@ -128,7 +128,7 @@ def gap_figure(group: dict[str, Any], observations: Sequence[Observation]) -> An
             markersize=4,
             capsize=3,
             zorder=3,
-            label="measured mean gap, 95% t interval over seeds",
+            label=f"measured mean gap, {100 * group['confidence']:g}% t interval over seeds",
         )
         ax.axvspan(group["largest"], right, color="grey", alpha=0.1, label="extrapolation")
         bt = pair["backtest"]
@@ -175,7 +175,7 @@ def _measured_gap_intervals(
     for x in group["budgets"]:
         a = [loss[(pair["a"], seed, x)] for seed in group["seeds"]]
         b = [loss[(pair["b"], seed, x)] for seed in group["seeds"]]
-        difference = stats.paired_seed_difference(a, b)
+        difference = stats.paired_seed_difference(a, b, confidence=group["confidence"])
         low.append(difference.low)
         high.append(difference.high)
     return low, high
