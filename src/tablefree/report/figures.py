@@ -354,9 +354,12 @@ def _scaling(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) ->
             if cells:
                 x, y = np.array(cells).T
                 ax.plot(x, y, "o-", color=colors[interface], label=interface)
-        ax.set_xscale("log")
         ax.set_xlabel(f"{label} (log scale)")
         ax.set_ylabel("validation loss (evaluation over the split, nats/token)", fontsize=9)
+        if not ax.lines:  # the runs recorded no such count: say so rather than draw an empty legend
+            ax.text(0.5, 0.5, f"no {label} recorded", ha="center", va="center", transform=ax.transAxes)
+            continue
+        ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     return figure
