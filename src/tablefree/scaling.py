@@ -788,7 +788,7 @@ def _measured_step(a: str, b: str, low: float, high: float, gap: dict, confidenc
     toward = change.estimate * gap_low < 0  # the change has the opposite sign of the gap: toward 0
     resolved = n >= MIN_SEEDS and change.low is not None and (change.low > EXACT or change.high < -EXACT)
     if not resolved:
-        reading = "not resolved" + (f" with {n} seeds" if n < MIN_SEEDS else "")
+        reading = "not resolved" + (f" with {n} seed{'s' if n > 1 else ''}" if n < MIN_SEEDS else "")
     elif not toward:
         reading = "the gap grew"
     else:
@@ -797,7 +797,8 @@ def _measured_step(a: str, b: str, low: float, high: float, gap: dict, confidenc
     bounds = f"{level} [{_num(change.low)}, {_num(change.high)}], " if change.low is not None else ""
     sentence = (
         f"From {human(low)} to {human(high)} tokens (separate runs, paired by seed) the measured {a} − {b} gap "
-        f"moved from {_num(gap_low)} by {change.estimate:+.3g} nats/token ({bounds}{n} seeds): {reading}."
+        f"moved from {_num(gap_low)} by {change.estimate:+.3g} nats/token ({bounds}{n} seed{'s' if n > 1 else ''}): "
+        f"{reading}."
     )
     return {
         "a": a,
