@@ -42,7 +42,13 @@ from typing import Any
 
 import yaml
 
-from tablefree.config_parsing import from_dict, from_dict_with_overrides, load_yaml, parse_count, to_dict
+from tablefree.config_parsing import (
+    from_dict,
+    from_dict_with_overrides,
+    load_yaml,
+    parse_token_budgets,
+    to_dict,
+)
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.interfaces import INTERFACES
 from tablefree.launch import SlurmSpec
@@ -242,11 +248,7 @@ class CompareConfig:
             )
         if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
             raise ValueError(f"seeds: expected distinct non-negative integers, got {self.seeds}")
-        for index, budget in enumerate(self.predict_at):
-            if isinstance(budget, bool) or parse_count(budget, f"predict_at[{index}]") <= 0:
-                raise ValueError(
-                    f"predict_at[{index}]: expected a positive token count such as 17B, got {budget!r}"
-                )
+        parse_token_budgets(self.predict_at, "predict_at")
         unknown = [name for name in self.interface_train if name not in INTERFACES]
         if unknown or not all(isinstance(v, dict) for v in self.interface_train.values()):
             raise ValueError(

@@ -123,6 +123,18 @@ def parse_count(text: str | int, where: str = "value") -> int:
     return int(number)
 
 
+def parse_token_budgets(values: list[str | int], where: str = "predict_at") -> list[int]:
+    """Positive token counts (``17B``, ``100B``) from a list, each parsed by ``parse_count``; a boolean, 0 or a
+    negative count is refused, naming its index."""
+    budgets = []
+    for index, value in enumerate(values):
+        at = f"{where}[{index}]"
+        if isinstance(value, bool) or parse_count(value, at) <= 0:
+            raise ValueError(f"{at}: expected a positive token count such as 17B, got {value!r}")
+        budgets.append(parse_count(value, at))
+    return budgets
+
+
 class _StrictLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses a mapping naming a key twice: PyYAML keeps the last value and drops the
     first without a word, so a recipe edited in two places would silently train the one the user did not read."""

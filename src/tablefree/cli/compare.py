@@ -83,17 +83,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _budgets(text: str) -> list[int]:
-    from tablefree.config_parsing import parse_count
+    from tablefree.config_parsing import parse_token_budgets
 
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(
+            f"--predict-at: expected token counts such as 17B,100B, got {text!r}"
+        )
     try:
-        budgets = [parse_count(part, "--predict-at") for part in text.split(",") if part.strip()]
+        return parse_token_budgets(parts, "--predict-at")
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-    if not budgets or min(budgets) <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--predict-at: expected positive token counts such as 17B,100B, got {text!r}"
-        )
-    return budgets
 
 
 def _names(text: str) -> list[str]:

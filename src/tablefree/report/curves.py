@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from tablefree import scaling
-from tablefree.config_parsing import load_yaml, parse_count
+from tablefree.config_parsing import load_yaml, parse_token_budgets
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
@@ -33,9 +33,7 @@ def fitted_curves(
     budgets: the observations, the schedule, the branching and ``scaling.scaling_report``'s fits, which also
     predict the gaps at ``predict_at`` (token budgets; None: the sweep config's ``predict_at``)."""
     budgets = (config.get("predict_at") or []) if predict_at is None else predict_at
-    predict = [float(parse_count(b, f"predict_at[{i}]")) for i, b in enumerate(budgets)]
-    if any(isinstance(b, bool) for b in budgets) or any(x <= 0 for x in predict):
-        raise ValueError(f"predict_at: expected positive token counts such as 17B, got {budgets!r}")
+    predict = [float(x) for x in parse_token_budgets(budgets, "predict_at")]
     groups: dict[str, list[str]] = {}
     for point in config.get("grid_points") or []:
         train = point.get("train") or {}
@@ -99,6 +97,7 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
     """Per budget: how many of its runs were branched, and from which step they trained their own decay; the
     tokens trained against the tokens the same runs would take from scratch."""
     per_point: dict[str, dict[str, Any]] = {}
+    decay_steps: dict[str, set[int]] = {}
     trained = from_scratch = 0.0
     for run in runs:
         summary = run.summary or {}
@@ -124,9 +123,13 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
         if branch:
             row["branched"] += 1
             row["branched_from"] = branch["trunk"].split("/")[0]
-            steps = sorted({*row.pop("decay_steps", []), branch["step"]})
-            row["decay_steps"] = steps  # one step unless the budget's runs branched at different steps
-            row["decay_from_step"] = steps[0] if len(steps) == 1 else ", ".join(map(str, steps))
+            decay_steps.setdefault(run.point, set()).add(branch["step"])
+    for point, steps in decay_steps.items():  # one step unless the budget's runs branched at different steps
+        ordered = sorted(steps)
+        per_point[point]["decay_steps"] = ordered
+        per_point[point]["decay_from_step"] = (
+            ordered[0] if len(ordered) == 1 else ", ".join(map(str, ordered))
+        )
     return {
         "points": dict(sorted(per_point.items(), key=lambda item: item[1]["tokens"])),  # by budget
         "tokens_trained": trained,
