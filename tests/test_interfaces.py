@@ -42,6 +42,17 @@ def test_signed_values() -> None:
     assert out.tolist() == [[[-1, -1, -1, -1, -1, -1], [1, -1, 1, 1, -1, 1]]]
 
 
+@pytest.mark.parametrize("values", ["01", "pm1"])
+def test_scale_multiplies_every_input_value(values: str) -> None:
+    ids = torch.arange(8).view(2, 4)
+    plain = build_interface(opts(name="affine", values=values), 8, 6)(ids)
+    scaled = build_interface(opts(name="affine", values=values, scale=0.25), 8, 6)(ids)
+    assert plain.abs().max() == 1 and torch.equal(scaled, plain * 0.25)
+    for bad, expected in ((0, "a positive number"), (-1.0, "a positive number"), (True, "a number")):
+        with pytest.raises(ValueError, match=rf"interface\.scale: expected {expected}"):
+            opts(name="canonical", scale=bad)
+
+
 def test_affine_interface_matches_affine_map() -> None:
     config = opts(name="affine", seed=3)
     interface = build_interface(config, 1000, 20)

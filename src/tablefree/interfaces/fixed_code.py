@@ -18,7 +18,7 @@ import torch
 
 from tablefree.codes import id_bit_of_code_bit, num_bits
 from tablefree.interfaces.base import InputInterface, check_token_ids
-from tablefree.interfaces.options import InterfaceConfig, choice
+from tablefree.interfaces.options import InterfaceConfig, OptionError, choice
 
 LIFTS = ("tile", "interleave")
 VALUE_SETS = ("01", "pm1")
@@ -31,10 +31,15 @@ class LiftOptions(InterfaceConfig):
 
     lift: str = "tile"  # tile: the whole code repeated; interleave: each bit repeated
     values: str = "01"  # "01": bits as {0, 1};  "pm1": bits as {-1, +1}
+    # Every input value times this. The first block's RMSNorm does not see it, but the residual stream does: a
+    # 9-bit code tiled to d = 64 has row norm about 5.7 against 0.16 for the table's N(0, 0.02) start.
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
         choice("lift", self.lift, LIFTS)
         choice("values", self.values, VALUE_SETS)
+        if not self.scale > 0:  # the type is checked by the config reader
+            raise OptionError("scale", f"expected a positive number, got {self.scale!r}")
 
 
 @dataclass
@@ -78,6 +83,8 @@ def lift_index(k: int, d_model: int, lift: str) -> torch.Tensor:
 
 def describe_lift(options: LiftOptions, k: int, d_model: int) -> str:
     values = "{0, 1}" if options.values == "01" else "{-1, +1}"
+    if options.scale != 1.0:
+        values += f" times {options.scale:g}"
     if options.lift == "tile":
         rule = f"x_j = c_{{j mod {k}}}"
     elif (k - 1) * math.ceil(d_model / k) < d_model:
@@ -157,6 +164,8 @@ class FixedCode(InputInterface):
         bits = ((code.unsqueeze(-1) >> self.bit_shifts) & 1).to(torch.get_default_dtype())
         if self.options.values == "pm1":
             bits = bits * 2 - 1
+        if self.options.scale != 1.0:
+            bits = bits * self.options.scale
         lifted = torch.index_select(bits.reshape(-1, self.code_width), 1, self.lift_index)
         return lifted.view(*ids.shape, self.d_model)
 
