@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from tablefree.compare import load_compare_config, plan_runs
+from tablefree.compare import load_compare_config
 from tablefree.config_parsing import from_dict
 from tablefree.evaluate import run_eval
+from tablefree.sweep.plan import plan_runs
 from tablefree.train import trainer
 from tablefree.train.recipe import TrainConfig, plan
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tablefree.compare import CompareConfig
 from tablefree.config_parsing import from_dict
+from tablefree.sweep.config import CompareConfig
 
 RECIPE = {
     "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64},

@@ -10,8 +10,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from tablefree.compare import CompareConfig, load_compare_config, run_recipe, run_sweep
+from tablefree.compare import CompareConfig, load_compare_config, run_sweep
 from tablefree.config_parsing import from_dict
+from tablefree.sweep.grid import run_recipe
 from tablefree.train import trainer
 
 RECIPE = {
@@ -265,7 +266,8 @@ def test_baselines_limit_the_compared_pairs_and_holms_family(tmp_path: Path) -> 
     ],
 )
 def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tablefree.compare import base_recipe, plan_runs
+    from tablefree.sweep.config import base_recipe
+    from tablefree.sweep.plan import plan_runs
     from tablefree.train.recipe import TrainConfig
 
     repo = Path(__file__).resolve().parents[1]
@@ -289,7 +291,7 @@ def test_shipped_compare_configs_plan_every_run(name: str, monkeypatch: pytest.M
 
 
 def test_sweep_refuses_to_mix_recipes(dataset: Path, tmp_path: Path) -> None:
-    from tablefree.compare import write_sweep_config
+    from tablefree.sweep.record import write_sweep_config
 
     config = sweep_config(dataset, tmp_path, None)
     write_sweep_config(config, tmp_path)
@@ -334,7 +336,7 @@ def test_the_whole_sweep_is_checked_before_anything_trains(
 
 
 def test_grid_plans_every_point(dataset: Path, tmp_path: Path) -> None:
-    from tablefree.compare import plan_runs
+    from tablefree.sweep.plan import plan_runs
 
     config = sweep_config(dataset, tmp_path, None)
     config.grid = from_dict(
@@ -491,7 +493,7 @@ def _compare_yaml(tmp_path: Path, dataset_dir: str, corpus: str) -> Path:
 
 def test_a_dataset_dir_named_on_the_command_line_must_exist(dataset: Path, tmp_path: Path) -> None:
     """issue 25.1: a typo in dataset.dir made the config's own corpus fill the misspelt directory."""
-    from tablefree.compare import prepare_data
+    from tablefree.sweep.dataset import prepare_data
 
     corpus = dataset.parent / "topics.jsonl"
     path = _compare_yaml(tmp_path, str(tmp_path / "shipped"), str(corpus))
@@ -507,7 +509,7 @@ def test_a_dataset_dir_named_on_the_command_line_must_exist(dataset: Path, tmp_p
 
 def test_a_prepared_dataset_must_be_the_configs_corpus(dataset: Path, tmp_path: Path) -> None:
     """A corpus named over a directory that holds another prepared corpus is refused, not silently ignored."""
-    from tablefree.compare import prepare_data
+    from tablefree.sweep.dataset import prepare_data
 
     other = tmp_path / "other.jsonl"
     other.write_text('{"text": "some other text"}\n')
@@ -518,10 +520,11 @@ def test_a_prepared_dataset_must_be_the_configs_corpus(dataset: Path, tmp_path: 
 
 def test_provenance_and_title_come_from_the_dataset_used(dataset: Path, tmp_path: Path) -> None:
     """issue 25.2: a sweep on the user's own data recorded the shipped config's corpus and was titled after it."""
-    from tablefree.compare import prepare_data, write_sweep_config
     from tablefree.config_parsing import load_yaml
     from tablefree.data.loader import read_manifest
     from tablefree.report.markdown import _config_and_data
+    from tablefree.sweep.dataset import prepare_data
+    from tablefree.sweep.record import write_sweep_config
 
     path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
     config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])
@@ -568,7 +571,7 @@ def test_a_dataset_named_on_the_command_line_drops_the_configs_preparation_setti
     dataset: Path, tmp_path: Path
 ) -> None:
     """The shipped config's vocab_size describes its own dataset, not the one the user names."""
-    from tablefree.compare import prepare_data
+    from tablefree.sweep.dataset import prepare_data
 
     path = _compare_yaml(tmp_path, "data/shipped-4k", "../shared/data/corpus/gutenberg-mix")
     config = load_compare_config(path, overrides=[f"dataset.dir={dataset}"])

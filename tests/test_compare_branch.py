@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from sweep_helpers import topics_dataset
-from tablefree.compare import CompareConfig, plan_runs, rate_name, run_sweep
+from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.data.loader import TokenLoader
-from tablefree.train.recipe import decay_start, lr_at
+from tablefree.sweep.grid import rate_name
+from tablefree.sweep.plan import plan_runs
+from tablefree.train.recipe import TrainConfig, decay_start, lr_at
 from train_helpers import make_dataset, micro_config
 
 RECIPE = {
@@ -258,8 +260,8 @@ def test_the_papers_regime_is_their_published_shape(tmp_path: Path) -> None:
 
 def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
     """Extending a rate grid for one interface keeps the earlier points (trained for every interface)."""
-    from tablefree.compare import write_sweep_config
     from tablefree.config_parsing import load_yaml
+    from tablefree.sweep.record import write_sweep_config
 
     data = make_dataset(tmp_path / "data")
     out = tmp_path / "sweep"
@@ -289,8 +291,8 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
 def test_a_budget_added_below_the_others_is_listed_first(tmp_path: Path) -> None:
     """The sweep's points follow this config's order, so the report lists budgets in the order the config
     gives them (the earlier run's other points after them), not in the order they were first run."""
-    from tablefree.compare import write_sweep_config
     from tablefree.config_parsing import load_yaml
+    from tablefree.sweep.record import write_sweep_config
 
     out = tmp_path / "sweep"
     out.mkdir()
@@ -358,10 +360,10 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     assert branching["points"]["250000"]["branched_from"] == "4000000"
     assert (branching["points"]["250000"]["branched"], branching["points"]["250000"]["runs"]) == (4, 6)
     assert branching["points"]["4000000"]["branched_from"] is None
-    from tablefree.report import _run_row
+    from tablefree.report.data import run_row
     from tablefree.report.markdown import _fitted_curves, _runs
 
-    rows = [_run_row(run) for run in runs]
+    rows = [run_row(run) for run in runs]
     assert {r["branched_at_step"] for r in rows if r["point"] == "2000000"} == {1600}
     listing = _runs({"runs": rows})
     assert "| 2000000/learned-s1 (branch, step 1600) | done |" in listing
@@ -412,12 +414,19 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
 def test_a_budget_added_after_its_trunk_finished_trains_from_scratch(tmp_path: Path) -> None:
     """A finished trunk kept no checkpoint at a budget added to the grid later: the branch trains from scratch
     (the same run); a trunk that has not finished is waited for, with the reason."""
-    from tablefree.compare import Branch, RunPlan, start_branch
+    from tablefree.sweep.branching import start_branch
+    from tablefree.sweep.plan import Branch, RunPlan
 
     trunk = tmp_path / "4M" / "learned-s0"
     trunk.mkdir(parents=True)
     run = RunPlan(
-        "learned", 0, tmp_path / "240k" / "learned-s0", {}, "240k", Branch("4M/learned-s0", trunk, 47)
+        "learned",
+        0,
+        tmp_path / "240k" / "learned-s0",
+        {},
+        TrainConfig(),
+        "240k",
+        Branch("4M/learned-s0", trunk, 47),
     )
     with pytest.raises(RuntimeError, match="the trunk run must finish first"):
         start_branch(run)

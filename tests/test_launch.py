@@ -14,8 +14,11 @@ import pytest
 
 from sweep_helpers import config, topics_dataset
 from tablefree import launch
-from tablefree.compare import CompareConfig, emit_sbatch, plan_runs, run_sweep, sweep_status
+from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict
+from tablefree.sweep.plan import plan_runs
+from tablefree.sweep.slurm import emit_sbatch
+from tablefree.sweep.status import sweep_status
 
 
 @pytest.fixture(scope="module")

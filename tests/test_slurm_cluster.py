@@ -16,9 +16,11 @@ import yaml
 from slurm_cluster import ClusterUnavailable, one_node_cluster
 from sweep_helpers import config, topics_dataset
 from tablefree import launch
-from tablefree.compare import plan_runs, run_sweep, sweep_status
+from tablefree.compare import run_sweep
 from tablefree.config_parsing import to_dict
 from tablefree.report import build_report
+from tablefree.sweep.plan import plan_runs
+from tablefree.sweep.status import sweep_status
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Runs as SLURM jobs: a job array through submitit, or the same array as a plain ``sbatch`` script.
 
-This module knows nothing about what a run is. It is handed callables (``tablefree.compare.run_job`` bound
+This module knows nothing about what a run is. It is handed callables (``tablefree.sweep.slurm.run_job`` bound
 to a run) and resources, and owns the scheduler side: the executor, the jobs record, the queue's view, the
 rendezvous of a multi-node job and preemption.
 

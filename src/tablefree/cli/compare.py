@@ -118,7 +118,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.status:
         return print_status(config)
     if args.emit_sbatch:
-        from tablefree.compare import emit_sbatch
+        from tablefree.sweep.slurm import emit_sbatch
 
         emit_sbatch(config, args.emit_sbatch)
         return 0
@@ -141,7 +141,8 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def print_status(config) -> int:
-    from tablefree.compare import plan_runs, sweep_status
+    from tablefree.sweep.plan import plan_runs
+    from tablefree.sweep.status import sweep_status
 
     status = sweep_status(config, plan_runs(config))
     width = max(len(name) for name in status)
@@ -158,7 +159,8 @@ def run_only(config, name: str) -> int:
     import signal
 
     from tablefree import launch
-    from tablefree.compare import plan_runs, run_job
+    from tablefree.sweep.plan import plan_runs
+    from tablefree.sweep.slurm import run_job
 
     plans = {run.name: run for run in plan_runs(config)}
     if name not in plans:

@@ -17,9 +17,9 @@ from typing import Any
 
 from tablefree import stats
 from tablefree.config_parsing import load_yaml
-from tablefree.fileio import read_json, strict_json, write_json_atomic, write_text_atomic
+from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison, curves, regime, tuning
-from tablefree.report.data import DATA_FILE, report_data
+from tablefree.report.data import DATA_FILE, report_data, run_row
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
@@ -99,7 +99,7 @@ def assemble(
         "metrics": primary["metrics"],
         "params": primary["params"],
         "validation_set": primary["validation_set"],
-        "runs": [_run_row(run) for run in runs],
+        "runs": [run_row(run) for run in runs],
         "headlines": comparison.headlines(runs),
         "baseline": comparison.unigram_baseline(runs),
         "regime": regime.regime(runs, points),
@@ -130,28 +130,6 @@ def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
 def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The comparisons that answer a question (one per pair: validation loss and each benchmark's headline)."""
     return report["statistics"]["comparisons"]
-
-
-def _run_row(run: Run) -> dict[str, Any]:
-    summary, status = run.summary or {}, run.status
-    return {
-        "name": run.name,
-        "point": run.point,
-        "interface": run.interface,
-        "seed": run.seed,
-        "state": run.state,
-        "error": status.get("error"),
-        "tokens_seen": summary.get("tokens_seen"),
-        "train_wall_s": summary.get("wall_time_s"),
-        "tokens_per_s": summary.get("tokens_per_s"),
-        "eval_wall_s": status.get("eval_wall_s"),
-        "final_train_loss": summary.get("final_train_loss"),
-        "final_val_estimate": run.final_estimate(),
-        "completed": summary.get("completed"),
-        "metrics": run.metric_values(),
-        # a budget branch resumes its trunk's checkpoint: its wall time and tokens/s include the trunk's up to it
-        "branched_at_step": (read_json(run.directory / RUN_FILES["branch"], default=None) or {}).get("step"),
-    }
 
 
 def _params(runs: list[Run], interfaces: list[str]) -> dict[str, dict[str, Any]]:

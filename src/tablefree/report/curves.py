@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from tablefree import scaling
 from tablefree.config_parsing import load_yaml, parse_token_budgets
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
+from tablefree.sweep.grid import BUDGET, MODEL, recorded_points, same_except
 
 
 def fitted_curves(
@@ -35,12 +34,10 @@ def fitted_curves(
     budgets = (config.get("predict_at") or []) if predict_at is None else predict_at
     predict = [float(x) for x in parse_token_budgets(budgets, "predict_at")]
     groups: dict[str, list[str]] = {}
-    for point in config.get("grid_points") or []:
-        train = point.get("train") or {}
-        if "budget" not in train:
+    for point in recorded_points(config):
+        if point.budget is None:
             continue
-        rest = {k: v for k, v in train.items() if k not in ("budget", "model")}
-        groups.setdefault(yaml.safe_dump(rest, sort_keys=True), []).append(point["name"])
+        groups.setdefault(same_except(point.train, BUDGET, MODEL), []).append(point.name)
     entries = []
     for names in groups.values():
         here = [run for run in comparison.finished(runs) if run.point in names]

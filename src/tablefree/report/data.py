@@ -12,7 +12,7 @@ from typing import Any
 from tablefree.compat import ESTIMATE_KEYS
 from tablefree.fileio import read_json
 from tablefree.report import comparison
-from tablefree.rundir import Run
+from tablefree.rundir import RUN_FILES, Run
 
 DATA_FILE = "report_data.json"
 FORMAT = "tablefree-report-data/1"
@@ -25,19 +25,35 @@ def report_data(runs: list[Run], config: dict[str, Any]) -> dict[str, Any]:
         "format": FORMAT,
         "baselines": config.get("baselines") or [],
         "grid_points": [p["name"] for p in config.get("grid_points") or []],
-        "runs": [_run_record(run) for run in runs],
+        "runs": [run_record(run) for run in runs],
     }
 
 
-def _run_record(run: Run) -> dict[str, Any]:
+def run_row(run: Run) -> dict[str, Any]:
+    """A run as ``report.json`` lists it: its state, training and evaluation outcome."""
+    summary, status = run.summary or {}, run.status
+    return {
+        **_identity(run),
+        "error": status.get("error"),
+        "tokens_seen": summary.get("tokens_seen"),
+        "train_wall_s": summary.get("wall_time_s"),
+        "tokens_per_s": summary.get("tokens_per_s"),
+        "eval_wall_s": status.get("eval_wall_s"),
+        "final_train_loss": summary.get("final_train_loss"),
+        "final_val_estimate": run.final_estimate(),
+        "completed": summary.get("completed"),
+        "metrics": run.metric_values(),
+        # a budget branch resumes its trunk's checkpoint: its wall time and tokens/s include the trunk's up to it
+        "branched_at_step": (read_json(run.directory / RUN_FILES["branch"], default=None) or {}).get("step"),
+    }
+
+
+def run_record(run: Run) -> dict[str, Any]:
+    """A run as ``report_data.json`` keeps it: the raw numbers its statistics recompute from."""
     validation = ((run.eval or {}).get("tasks") or {}).get(comparison.VALIDATION) or {}
     summary = run.summary or {}
     return {
-        "name": run.name,
-        "point": run.point,
-        "interface": run.interface,
-        "seed": run.seed,
-        "state": run.state,
+        **_identity(run),
         "tokens_seen": summary.get("tokens_seen"),
         "params": summary.get("params"),
         "validation": {
@@ -46,6 +62,17 @@ def _run_record(run: Run) -> dict[str, Any]:
         "curve": [
             {key: record[key] for key in CURVE_KEYS if key in record} for record in run.metrics_records()
         ],
+    }
+
+
+def _identity(run: Run) -> dict[str, Any]:
+    """What names a run, the same in both files."""
+    return {
+        "name": run.name,
+        "point": run.point,
+        "interface": run.interface,
+        "seed": run.seed,
+        "state": run.state,
     }
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import yaml
 
 from tablefree import stats
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
+from tablefree.sweep.grid import RATE, recorded_points, same_except
 from tablefree.units import human
 
 SELECTION_FILE = RUN_FILES["selection"]  # written by compare beside eval.json
@@ -28,13 +28,10 @@ def learning_rate_checks(
 ) -> list[dict[str, Any]]:
     """One entry per group of grid points that differ only in their learning rate (usually one group)."""
     groups: dict[str, list[tuple[float, str]]] = {}
-    for point in config.get("grid_points") or []:
-        train = point.get("train") or {}
-        rate = (train.get("optim") or {}).get("lr")
-        if rate is None:
+    for point in recorded_points(config):
+        if point.rate is None:
             continue
-        rest = {**train, "optim": {k: v for k, v in train["optim"].items() if k != "lr"}}
-        groups.setdefault(yaml.safe_dump(rest, sort_keys=True), []).append((float(rate), point["name"]))
+        groups.setdefault(same_except(point.train, RATE), []).append((float(point.rate), point.name))
     checks = []
     for members in groups.values():
         if len({rate for rate, _ in members}) < 2:

@@ -1,0 +1,159 @@
+"""The sweep's plan, built once from its config: every run (grid point, interface, seed) with its recipe and that
+recipe parsed as a ``TrainConfig``, in the order the runs train, and for a branched budget grid the trunk each
+shorter budget starts from (``branch_budgets``). Both executors (``tablefree.sweep.local``,
+``tablefree.sweep.slurm``) run this plan; ``check_sweep`` checks it whole before anything trains."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tablefree.config_parsing import from_dict
+from tablefree.data.loader import read_manifest
+from tablefree.evaluate import get_task
+from tablefree.evaluate.tasks import check_task_files
+from tablefree.params import param_breakdown
+from tablefree.rundir import run_directory, run_name
+from tablefree.sweep.config import CompareConfig, base_recipe, deep_merge
+from tablefree.sweep.grid import BUDGET, GridPoint, run_recipe, same_except
+from tablefree.train.recipe import TrainConfig, budget_steps, decay_start, lr_at
+from tablefree.train.recipe import plan as step_plan
+
+
+@dataclass
+class Branch:
+    """Where a budget branch starts: the trunk run (the largest budget of its group) and the step, the
+    branch's own decay start, whose checkpoint the trunk keeps."""
+
+    trunk: str  # the trunk run's name
+    directory: Path  # the trunk run's directory
+    step: int
+
+
+@dataclass
+class RunPlan:
+    interface: str
+    seed: int
+    directory: Path
+    recipe: dict[str, Any]  # as the run's recipe.yaml has it (under torchrun)
+    train_config: TrainConfig  # the recipe, parsed once
+    point: str = ""
+    branch: Branch | None = None
+
+    @property
+    def name(self) -> str:
+        return run_name(self.interface, self.seed, self.point)
+
+    @property
+    def select_every(self) -> int:
+        return self.train_config.data.select_every
+
+
+def plan_runs(config: CompareConfig) -> list[RunPlan]:
+    """Every run of the sweep (grid point, interface, seed), each recipe checked as a training config."""
+    recipe = base_recipe(config)
+    plans = []
+    # Seeds outer, interfaces inner: a sweep stopped early still holds complete seed-paired sets.
+    for point in config.grid.points() or [GridPoint("", {})]:
+        point_recipe = deep_merge(recipe, point.train)
+        for seed in config.seeds:
+            for interface in point.interfaces or config.interfaces:
+                if interface not in config.interfaces:
+                    continue
+                run = run_recipe(
+                    deep_merge(point_recipe, config.interface_train.get(interface, {})), interface, seed
+                )
+                name = run_name(interface, seed, point.name)
+                train_config = from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
+                directory = run_directory(config.out_dir, interface, seed, point.name)
+                plans.append(RunPlan(interface, seed, directory, run, train_config, point.name))
+    return branch_budgets(plans) if config.grid.branch else plans
+
+
+# the fields in which the runs of one branching group differ
+BRANCH_FIELDS = (BUDGET, "checkpoint_steps")
+
+
+def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
+    """Budget branching: in each group of runs that differ only in their budget, the largest budget is the trunk
+    and keeps a checkpoint at every other budget's decay start; the others start there. Ordered trunk first,
+    then its branches (shortest first), group by group in the sweep's order."""
+    groups: dict[str, list[RunPlan]] = {}
+    for run in plans:
+        groups.setdefault(same_except(run.recipe, *BRANCH_FIELDS), []).append(run)
+    ordered = []
+    for group in groups.values():
+        steps = {
+            run.name: budget_steps(run.train_config.budget, run.train_config.batch_tokens) for run in group
+        }
+        group.sort(key=lambda run: steps[run.name])
+        trunk, branches = group[-1], group[:-1]
+        schedule = trunk.train_config.schedule
+        if schedule.name != "wsd":
+            raise ValueError(
+                f"grid.branch: {trunk.name} uses schedule.name={schedule.name!r}; budgets branch only from the "
+                "stable phase of a wsd schedule (set schedule.name: wsd)"
+            )
+        if not isinstance(trunk.train_config.compile, bool):
+            raise ValueError(
+                f"grid.branch: {trunk.name} has compile: {trunk.train_config.compile!r}; set compile: true or "
+                "false, since `auto` decides per budget (a long trunk compiles, a short budget would not) and a "
+                "branch would then not compute what its budget trained from scratch computes"
+            )
+        if trunk.train_config.precision == "auto":
+            raise ValueError(
+                f"grid.branch: {trunk.name} has precision: auto; set precision: fp32 or bf16, since `auto` is "
+                "decided by each run from the measured matmul rates, which can differ between a trunk and a branch "
+                "trained later"
+            )
+        points = []
+        for run in branches:
+            start = decay_start(steps[run.name], schedule)
+            peak = run.train_config.optim.lr
+            # the branch must be the very run a from-scratch training of its budget would be up to `start`
+            same = all(
+                lr_at(s, steps[run.name], peak, schedule) == lr_at(s, steps[trunk.name], peak, schedule)
+                for s in range(1, start + 1)
+            )
+            if start < 1 or not same or start in points:
+                raise ValueError(
+                    f"grid.branch: {run.name} ({steps[run.name]} steps) cannot branch from {trunk.name} "
+                    f"({steps[trunk.name]} steps): its decay would start at step {start}, where the two "
+                    "schedules must agree and no other budget may branch; use budgets further apart"
+                )
+            points.append(start)
+            run.branch = Branch(trunk.name, trunk.directory, start)
+        trunk.recipe["checkpoint_steps"] = sorted(points)
+        trunk.train_config = dataclasses.replace(trunk.train_config, checkpoint_steps=sorted(points))
+        ordered += [trunk, *branches]
+    return ordered
+
+
+def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
+    """Everything knowable before training, for every run: its recipe builds a model (interface options
+    included) on the dataset's vocabulary, its step plan holds (batch, budget, warmup), and the evaluation's
+    tasks and files exist."""
+    check_eval_data(config)
+    vocab = None
+    for plan in plans:
+        train_config = plan.train_config
+        if vocab is None and (Path(train_config.data.dir) / "manifest.json").exists():
+            vocab = read_manifest(train_config.data.dir).get("vocab_size")
+        try:
+            model_config = train_config.model.build(vocab)
+            param_breakdown(model_config)  # builds the model on the meta device
+            step_plan(train_config, model_config, max(1, config.launch.nproc_per_node))  # steps, warmup
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"recipe of {plan.name}: {error}") from error
+
+
+def check_eval_data(config: CompareConfig) -> None:
+    """Fail before any training when a requested benchmark's files are missing: one error listing every missing
+    file, the command that fetches them and compare's own setting for where they are (``eval.data_dir``)."""
+    tasks = [get_task(name) for name in config.eval.tasks if name != "validation"]
+    try:
+        check_task_files(tasks, config.eval.data_dir, point_at="eval.data_dir=DIR (command line or config)")
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"eval.tasks: {error}; or leave those tasks out of eval.tasks") from None
