@@ -101,7 +101,11 @@ def test_lr_grid_points_and_per_interface_rates(tmp_path: Path) -> None:
     assert [rate_name(r) for r in (0.002, 0.0015, 1e-4, 0.01)] == ["2e-3", "1.5e-3", "1e-4", "1e-2"]
     config = branched(tmp_path, data)
     config.grid = from_dict(
-        CompareConfig, {"grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [2e-3, 4e-3]}}}
+        CompareConfig,
+        {
+            "interfaces": ["learned", "canonical"],
+            "grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [2e-3, 4e-3]}},
+        },
     ).grid
     plans = plan_runs(config)
     by_point: dict[str, set[str]] = {}
@@ -116,6 +120,51 @@ def test_lr_grid_points_and_per_interface_rates(tmp_path: Path) -> None:
             CompareConfig,
             {"grid": {"lr": [1e-3]}, "interface_train": {"canonical": {"optim": {"lr": 4e-3}}}},
         )
+
+
+def test_a_rate_map_is_checked_against_the_sweeps_interfaces(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """issue 35: a map that leaves an interface without a rate, names no interface, or writes a rate as YAML text."""
+    both = {"interfaces": ["learned", "canonical"]}
+    with pytest.raises(
+        ValueError, match=r"grid\.lr: lists rates for learned only, so canonical would train no run"
+    ):
+        from_dict(CompareConfig, {**both, "grid": {"lr": {"learned": [1e-3]}}})
+    with pytest.raises(ValueError, match=r"grid\.lr: 'lerned' is not an interface"):
+        from_dict(CompareConfig, {**both, "grid": {"lr": {"lerned": [1e-3], "canonical": [1e-3]}}})
+    with pytest.raises(ValueError, match=r"grid\.lr\.canonical\[1\]: expected a positive number, got 'fast'"):
+        from_dict(CompareConfig, {**both, "grid": {"lr": {"learned": [1e-3], "canonical": [1e-3, "fast"]}}})
+    # `1e-3` without a dot is text to YAML: read as the number, as everywhere else in the config
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "interfaces: [learned, canonical]\ngrid:\n  lr: {learned: [1e-3], canonical: [2e-3, 4e-3]}\n"
+    )
+    from tablefree.compare import load_compare_config
+
+    config = load_compare_config(path)
+    assert config.grid.lr == {"learned": [1e-3], "canonical": [2e-3, 4e-3]}
+    assert [p.name for p in config.grid.points()] == ["lr1e-3", "lr2e-3", "lr4e-3"]
+    # the same error from every command: the config is read first (--status, compare, --emit-sbatch)
+    from tablefree.cli import main
+
+    path.write_text("interfaces: [learned, canonical]\ngrid:\n  lr: {lerned: [1e-3], canonical: [1e-3]}\n")
+    for extra in (["--status"], [], ["--emit-sbatch", str(tmp_path / "s.sbatch")]):
+        assert main(["compare", "--config", str(path), f"out={tmp_path / 'out'}", *extra]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert (
+            line.startswith(f"tablefree compare: error: {path}")
+            and "grid.lr: 'lerned' is not an interface" in line
+        )
+    assert not (tmp_path / "s.sbatch").exists() and not (tmp_path / "out").exists()
+    # fixed, --status lists the runs; run here (the local backend), nothing is "resubmitted"
+    path.write_text(
+        "interfaces: [learned, canonical]\ngrid:\n  lr: {learned: [1e-3], canonical: [1e-3]}\n"
+        "dataset: {dir: data}\n"
+    )
+    assert main(["compare", "--config", str(path), f"out={tmp_path / 'out'}", "--status"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "0/6 done, 0 failed (re-run the command without --status to run the rest here)"
 
 
 def test_interface_train_overrides_one_interface_only(tmp_path: Path) -> None:
@@ -270,7 +319,11 @@ def test_a_sweep_grows_by_rates_for_one_interface(tmp_path: Path) -> None:
     config.grid = from_dict(CompareConfig, {"grid": {"lr": [1e-3, 2e-3]}}).grid
     write_sweep_config(config, out)
     config.grid = from_dict(
-        CompareConfig, {"grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [1e-3, 2e-3, 4e-3]}}}
+        CompareConfig,
+        {
+            "interfaces": ["learned", "canonical"],
+            "grid": {"lr": {"learned": [1e-3, 2e-3], "canonical": [1e-3, 2e-3, 4e-3]}},
+        },
     ).grid
     write_sweep_config(config, out)
     points = {p["name"]: p.get("interfaces") for p in load_yaml(out / "compare.yaml")["grid_points"]}

@@ -150,7 +150,10 @@ def print_status(config) -> int:
     for name, entry in status.items():
         print(f"{name:<{width}}  {entry['state']:<11}  {entry['job'] or '-':<14}  {entry['queue'] or '-'}")
     counts = {state: [e["state"] for e in status.values()].count(state) for state in ("done", "failed")}
-    print(f"{counts['done']}/{len(status)} done, {counts['failed']} failed (re-run the command to resubmit)")
+    again = "resubmit" if config.launch.backend == "slurm" else "run the rest here"
+    print(
+        f"{counts['done']}/{len(status)} done, {counts['failed']} failed (re-run the command without --status to {again})"
+    )
     return 0
 
 

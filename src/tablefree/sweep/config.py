@@ -76,14 +76,17 @@ class GridSpec:
     branch: bool = False
 
     def __post_init__(self) -> None:
-        rates = self.lr.values() if isinstance(self.lr, dict) else [self.lr]
-        for listed in rates:
-            if not isinstance(listed, list) or not all(
-                isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in listed
-            ):
+        if isinstance(self.lr, dict):
+            unknown = [name for name in self.lr if name not in INTERFACES]
+            if unknown:
                 raise ValueError(
-                    f"grid.lr: expected a list of positive rates (or one per interface), got {self.lr}"
+                    f"grid.lr: {', '.join(map(repr, unknown))} is not an interface; the map's keys are interface "
+                    f"names, from {sorted(INTERFACES)}"
                 )
+            # YAML reads 1e-3 (no dot) as text: a map's rates are numbers as everywhere else in the config
+            self.lr = {name: _rates(rates, f"grid.lr.{name}") for name, rates in self.lr.items()}
+        else:
+            _rates(self.lr, "grid.lr")
         if self.branch and len(self.budget) < 2:
             raise ValueError(
                 f"grid.branch: needs at least two budgets to branch, got grid.budget={self.budget}"
@@ -120,6 +123,24 @@ class GridSpec:
         if len(set(names)) != len(names):
             raise ValueError(f"grid: two points have the same name {names}; give each model a `name`")
         return points
+
+
+def _rates(listed: Any, where: str) -> list[float]:
+    """A list of positive learning rates; a number written as text (``1e-3`` in YAML) is read as the number."""
+    if not isinstance(listed, list):
+        raise ValueError(f"{where}: expected a list of positive rates, got {listed!r}")
+    rates = []
+    for index, rate in enumerate(listed):
+        try:
+            value = (
+                float(rate) if isinstance(rate, (int, float, str)) and not isinstance(rate, bool) else None
+            )
+        except ValueError:
+            value = None
+        if value is None or not value > 0:
+            raise ValueError(f"{where}[{index}]: expected a positive number, got {rate!r}")
+        rates.append(value if isinstance(rate, str) else rate)
+    return rates
 
 
 @dataclass
@@ -192,6 +213,13 @@ class CompareConfig:
                 f"interface_train: expected {{interface: recipe overrides}} with names from {sorted(INTERFACES)}, "
                 f"got {self.interface_train}"
             )
+        if isinstance(self.grid.lr, dict):
+            missing = [name for name in self.interfaces if name not in self.grid.lr]
+            if missing:
+                raise ValueError(
+                    f"grid.lr: lists rates for {', '.join(self.grid.lr)} only, so {', '.join(missing)} would train "
+                    f"no run; add {missing[0]}: [rates] to grid.lr, or leave {', '.join(missing)} out of interfaces"
+                )
         if self.grid.lr and any("lr" in (v.get("optim") or {}) for v in self.interface_train.values()):
             raise ValueError("interface_train sets optim.lr and grid.lr lists rates: choose one of the two")
         if self.launch.nproc_per_node < 0:

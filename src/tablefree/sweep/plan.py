@@ -69,6 +69,8 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
                 train_config = from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
                 directory = run_directory(config.out_dir, interface, seed, point.name)
                 plans.append(RunPlan(interface, seed, directory, run, train_config, point.name))
+    if not plans:
+        raise ValueError(f"{config.name}: its grid and interfaces {config.interfaces} leave no run to train")
     return branch_budgets(plans) if config.grid.branch else plans
 
 
