@@ -68,6 +68,36 @@ def test_emit_sbatch_writes_one_line_per_unfinished_run(dataset: Path, tmp_path:
     assert inside.launch.backend == "local"
     assert [run.name for run in plan_runs(inside)] == names
     assert f"-eq {launch.REQUEUE_EXIT_CODE} ]; then" in script and "scontrol requeue" in script
+    # run from where the command ran; no time limit the config did not ask for
+    assert f"#SBATCH --chdir={Path.cwd()}" in options
+    assert not any(line.startswith("#SBATCH --time") for line in options)
+
+
+def test_emit_sbatch_puts_branches_after_their_trunks(dataset: Path, tmp_path: Path) -> None:
+    """A branched budget grid: the trunks' array first, the branches in a second script that waits for it
+    (--dependency=afterok), and the resources and time limit the config sets."""
+    sweep = config(dataset, tmp_path / "sweep", schedule={"name": "wsd", "warmup_steps": 2}, compile=False)
+    sweep.train["precision"] = "fp32"
+    sweep.grid = from_dict(CompareConfig, {"grid": {"budget": ["8 steps", "16 steps"], "branch": True}}).grid
+    sweep.launch.slurm.partition, sweep.launch.slurm.cpus_per_task = "short", 4
+    sweep.launch.slurm.mem_gb, sweep.launch.slurm.time_min = 8, 20
+    logged: list[str] = []
+    emit_sbatch(sweep, tmp_path / "sweep.sbatch", log=logged.append)
+    first = (tmp_path / "sweep.sbatch").read_text()
+    branches = (tmp_path / "sweep-branches.sbatch").read_text()
+
+    def only(script: str) -> list[str]:
+        return [
+            line.rsplit(" ", 1)[1].strip("'")
+            for line in script.split("RUNS=(\n")[1].split("\n)")[0].splitlines()
+        ]
+
+    assert only(first) == [f"16steps/{i}-s{s}" for s in (0, 1) for i in ("learned", "canonical")]
+    assert only(branches) == [f"8steps/{i}-s{s}" for s in (0, 1) for i in ("learned", "canonical")]
+    for expected in ("--partition=short", "--cpus-per-task=4", "--mem=8192M", "--time=20"):
+        assert f"#SBATCH {expected}" in first.splitlines() and f"#SBATCH {expected}" in branches.splitlines()
+    assert f"--dependency=afterok:$jid {tmp_path / 'sweep-branches.sbatch'}" in logged[-1]
+    assert not any("cluster's defaults" in line for line in logged)
 
 
 def _task_pid(controller_pid: int, timeout_s: float = 60) -> int:

@@ -34,6 +34,9 @@ EXECUTORS = ("slurm", "local")
 ACTIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED"}
 
 
+SUBMITIT_TIME_MIN = 24 * 60  # the job time limit submitit asks for when launch.slurm.time_min is unset
+
+
 @dataclass
 class SlurmSpec:
     """Per-run resources and the scheduler's settings (``launch.slurm`` in a compare config)."""
@@ -46,7 +49,8 @@ class SlurmSpec:
     gpus_per_node: int = 0
     cpus_per_task: int | None = None
     mem_gb: float | None = None
-    time_min: int = 24 * 60
+    # per job; None: the script asks for no limit (the partition's default applies), submitit for 24 h
+    time_min: int | None = None
     array_parallelism: int = 256  # array tasks running at once
     signal_delay_s: int = 120  # USR2 this long before the time limit: the run saves and the job requeues
     max_timeouts: int = 3  # requeues after reaching the time limit (preemptions requeue without limit)
@@ -62,7 +66,7 @@ class SlurmSpec:
         if self.executor not in EXECUTORS:
             raise ValueError(f"launch.slurm.executor: expected one of {EXECUTORS}, got {self.executor!r}")
         for key in ("nodes", "time_min", "array_parallelism"):
-            if getattr(self, key) < 1:
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"launch.slurm.{key}: expected a positive integer, got {getattr(self, key)}")
         if self.gpus_per_node < 0 or self.signal_delay_s < 0 or self.max_timeouts < 0:
             raise ValueError("launch.slurm: gpus_per_node, signal_delay_s and max_timeouts must be >= 0")
@@ -125,7 +129,7 @@ def submit(
         name=name,
         nodes=spec.nodes,
         tasks_per_node=1,  # several tasks on a node would share its GPUs: one torchrun per node instead
-        timeout_min=spec.time_min,
+        timeout_min=SUBMITIT_TIME_MIN if spec.time_min is None else spec.time_min,  # submitit's own is 5 min
         slurm_array_parallelism=spec.array_parallelism,
         slurm_signal_delay_s=spec.signal_delay_s,
         slurm_setup=list(spec.setup),
@@ -217,11 +221,12 @@ def preemption_signal_for_children() -> Iterator[None]:
         signal.signal(PREEMPT_SIGNAL, previous)
 
 
-def sbatch_script(spec: SlurmSpec, name: str, folder: Path, commands: list[str]) -> str:
-    """A plain ``sbatch`` array script: task i runs ``commands[i]`` (one line per run); a command that exits
-    with ``REQUEUE_EXIT_CODE`` (preempted after saving) requeues its task."""
+def sbatch_script(spec: SlurmSpec, name: str, folder: Path, commands: list[str], chdir: Path) -> str:
+    """A plain ``sbatch`` array script: task i runs ``commands[i]`` (one line per run) in ``chdir``; a command
+    that exits with ``REQUEUE_EXIT_CODE`` (preempted after saving) requeues its task."""
     options: dict[str, Any] = {
         "job-name": name,
+        "chdir": str(chdir),
         "array": f"0-{len(commands) - 1}%{min(len(commands), spec.array_parallelism)}",
         "nodes": spec.nodes,
         "ntasks-per-node": 1,

@@ -81,24 +81,52 @@ def run_job(config: CompareConfig, run: RunPlan) -> str:
 
 
 def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
-    """Write the sweep as a plain sbatch array script, one line per run (``tablefree compare --only RUN``);
-    finished runs are left out."""
+    """Write the sweep's unfinished runs as plain sbatch array scripts, one line per run (``tablefree compare
+    --only RUN``), run from this directory (``--chdir``). A budget branch starts from its trunk's checkpoint, so
+    the branches of unfinished trunks go in a second script (``PATH`` with ``-branches``), submitted with
+    ``--dependency=afterok`` on the first: they start once every run of the first has finished."""
     check_eval_data(config)
     prepare_data(config, log)
-    plans = [run for run in plan_runs(config) if run_state(run, config.eval) != "done"]
-    if not plans:
+    plans = plan_runs(config)
+    states = {run.name: run_state(run, config.eval) for run in plans}
+    todo = [run for run in plans if states[run.name] != "done"]
+    if not todo:
         raise ValueError(f"every run of {config.out_dir} is done: nothing to write to {path}")
-    check_sweep(config, plans)
+    check_sweep(config, todo)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, config.out_dir)
     # The config as resolved here (command-line overrides included), for the tasks to load.
-    resolved = jobs_folder(config) / "sweep.yaml"
+    folder = jobs_folder(config)
+    resolved = folder / "sweep.yaml"
     resolved.parent.mkdir(parents=True, exist_ok=True)
     write_yaml_atomic(resolved, {**to_dict(config), "launch": {**to_dict(config.launch), "backend": "local"}})
     python = launch.python_command(config.launch.slurm)
     base = f"{python} -m tablefree.cli compare --config {shlex.quote(str(resolved))} --no-report --only"
-    commands = [f"{base} {shlex.quote(run.name)}" for run in plans]
-    script = launch.sbatch_script(config.launch.slurm, config.name, jobs_folder(config), commands)
-    launch.write_sbatch(path, script)
-    log(f"wrote {path}: {len(plans)} runs; submit with `sbatch {path}` (logs in {jobs_folder(config)})")
-    return plans
+    waiting = [
+        run for run in todo if run.branch is not None and states[run.branch.trunk] not in ("done", "trained")
+    ]
+    first = [run for run in todo if run not in waiting]
+    scripts = [(path, first)]
+    if waiting:
+        scripts.append((path.with_name(f"{path.stem}-branches{path.suffix}"), waiting))
+    for script_path, runs in scripts:
+        commands = [f"{base} {shlex.quote(run.name)}" for run in runs]
+        script = launch.sbatch_script(config.launch.slurm, config.name, folder, commands, Path.cwd())
+        launch.write_sbatch(script_path, script)
+    spec = config.launch.slurm
+    unset = [f"launch.slurm.{key}" for key in SBATCH_RESOURCES if getattr(spec, key) is None]
+    if unset:
+        log(f"not set, so the cluster's defaults apply: {', '.join(unset)}")
+    if waiting:
+        log(
+            f"wrote {path} ({len(first)} runs) and {scripts[1][0]} ({len(waiting)} branches of those trunks); "
+            f"submit with `jid=$(sbatch --parsable {path}) && sbatch --dependency=afterok:$jid "
+            f"{scripts[1][0]}` (logs in {folder})"
+        )
+    else:
+        log(f"wrote {path}: {len(first)} runs; submit with `sbatch {path}` (logs in {folder})")
+    return first + waiting
+
+
+# the per-job resources an sbatch script leaves to the cluster when the config does not set them
+SBATCH_RESOURCES = ("partition", "cpus_per_task", "mem_gb", "time_min")
