@@ -59,10 +59,26 @@ def test_branching_plans_one_trunk_per_interface_and_seed(tmp_path: Path) -> Non
     assert (short.branch.trunk, short.branch.step, short.branch.directory) == (trunk.name, 6, trunk.directory)
     assert middle.branch.step == 12 and "checkpoint_steps" not in middle.recipe
     # each branch point is the branch's own decay start, and the two schedules agree up to it
-    schedule = from_dict(CompareConfig, {"train": RECIPE}).train["schedule"]
-    assert schedule["name"] == "wsd"
-    assert all(p.branch is None or p.recipe["seed"] == p.seed for p in plans)
-    assert {p.seed for p in plans if p.branch and p.branch.trunk.endswith("-s1")} == {1}
+    schedule = trunk.train_config.schedule
+    for run, steps in ((short, 8), (middle, 16)):
+        assert run.branch.step == decay_start(steps, schedule)
+        assert all(
+            lr_at(s, steps, 3e-3, schedule) == lr_at(s, 32, 3e-3, schedule)
+            for s in range(1, run.branch.step + 1)
+        )
+        assert lr_at(run.branch.step + 1, steps, 3e-3, schedule) < lr_at(
+            run.branch.step + 1, 32, 3e-3, schedule
+        )
+    # every branch starts from the trunk of its own interface and seed, whose recipe is its own but the budget
+    trunks = {p.name: p for p in plans if p.branch is None}
+    assert len(trunks) == 4
+    for run in plans:
+        if run.branch is not None:
+            own = trunks[run.branch.trunk]
+            assert (own.interface, own.seed) == (run.interface, run.seed)
+            assert {k: v for k, v in own.recipe.items() if k not in ("budget", "checkpoint_steps")} == {
+                k: v for k, v in run.recipe.items() if k != "budget"
+            }
 
 
 def test_branching_refuses_what_would_not_be_the_same_run(tmp_path: Path) -> None:
