@@ -501,3 +501,28 @@ def test_a_budget_added_after_its_trunk_finished_trains_from_scratch(tmp_path: P
         start_branch(run)
     (trunk / "summary.json").write_text(json.dumps({"completed": True}))
     assert start_branch(run) is False and not (run.directory / "checkpoints").exists()
+
+
+def test_a_damaged_trunk_checkpoint_names_the_trunk_and_the_way_out(tmp_path: Path) -> None:
+    """issue 35: the branch's copy would share the damaged file; the message names the trunk's file and says
+    which directory to delete, and the branch directory is left without a half copy."""
+    import hashlib
+
+    from tablefree.sweep.branching import start_branch
+    from tablefree.sweep.plan import Branch, RunPlan
+
+    trunk = tmp_path / "4M" / "learned-s0"
+    step = trunk / "checkpoints" / "step_00000047"
+    step.mkdir(parents=True)
+    (step / "model.safetensors").write_bytes(b"written")
+    digest = hashlib.sha256(b"written").hexdigest()
+    (step / "COMPLETE").write_text(json.dumps({"sha256": {"model.safetensors": digest}}))
+    (step / "model.safetensors").write_bytes(b"damaged")
+    branch = tmp_path / "240k" / "learned-s0"
+    run = RunPlan("learned", 0, branch, {}, TrainConfig(), "240k", Branch("4M/learned-s0", trunk, 47))
+    with pytest.raises(RuntimeError) as error:
+        start_branch(run)
+    message = str(error.value)
+    assert f"{step / 'model.safetensors'}: damaged" in message
+    assert f"delete {trunk} and re-run the command" in message
+    assert not (branch / "checkpoints").exists() and not (branch / "branch.json").exists()

@@ -10,6 +10,7 @@ import os
 import shutil
 
 from tablefree.checkpoint import layout
+from tablefree.checkpoint.verify import verify_digests
 from tablefree.fileio import read_json, write_json_atomic
 from tablefree.rundir import RUN_FILES
 from tablefree.sweep.plan import RunPlan
@@ -35,6 +36,14 @@ def start_branch(run: RunPlan) -> bool:
             "is not a complete checkpoint: the trunk run must finish first (re-run the sweep; it trains trunks "
             "before their branches)"
         )
+    try:  # the branch's copy shares the trunk's files: a damaged one is the trunk's, and so is the way out
+        verify_digests(source)
+    except layout.CheckpointError as error:
+        raise RuntimeError(
+            f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, which is "
+            f"damaged ({error}); retrain that trunk: delete {run.branch.directory} and re-run the command (it "
+            f"trains {run.branch.trunk} again, keeping a checkpoint at every branch step, then its branches)"
+        ) from None
     root = run.directory / layout.CHECKPOINTS_DIR
     staging = root / f".{source.name}.branch"
     shutil.rmtree(staging, ignore_errors=True)  # left over from a process killed while copying
