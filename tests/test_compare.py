@@ -555,7 +555,8 @@ def test_a_limited_validation_is_reported_and_the_baseline_scores_the_same_token
     config.seeds, config.eval.val_limit = [0], 2
     logged: list[str] = []
     run_sweep(config, log=logged.append)
-    assert any(line.startswith("sweep: 1 run(s) to go, about ") for line in logged)  # the sweep's ETA
+    # the sweep's ETA: the other interface has the same model size, so its time is known from the first run
+    assert any(line.startswith("sweep: 1 run(s) to go; about ") for line in logged)
     report = json.loads((tmp_path / "sweep" / "report.json").read_text())
     scored = json.loads((tmp_path / "sweep" / "runs" / "learned-s0" / "eval.json").read_text())
     validation = scored["tasks"]["validation"]
@@ -580,3 +581,31 @@ def test_a_dataset_named_on_the_command_line_drops_the_configs_preparation_setti
     named = load_compare_config(path, overrides=[f"dataset.dir={dataset}", "dataset.vocab_size=4096"])
     with pytest.raises(ValueError, match=r"has a vocabulary of 512, dataset\.vocab_size says 4096"):
         prepare_data(named, log=lambda line: None)
+
+
+def test_the_time_left_follows_the_tokens_and_says_when_it_is_unknown(dataset: Path, tmp_path: Path) -> None:
+    """issue 35: the first ETA of a budget grid said 32 min for 13, one average run's time per run left."""
+    from tablefree.sweep.local import time_left, tokens_to_train
+    from tablefree.sweep.plan import plan_runs
+
+    config = sweep_config(dataset, tmp_path, None)
+    config.grid = from_dict(
+        CompareConfig,
+        {"grid": {"budget": ["4 steps", "16 steps"], "model": [{"d_model": 32}, {"d_model": 64}]}},
+    ).grid
+    plans = plan_runs(config)
+    small = [p for p in plans if p.point.startswith("d32")]
+    short, long = small[0], next(p for p in small if p.point.endswith("16steps"))
+    assert tokens_to_train(long) == 4 * tokens_to_train(short)
+    # 10 s for the 4-step run: a 16-step run of the same size takes 40 s, not 10
+    from tablefree.sweep.local import _model_key
+
+    measured = {_model_key(short): [float(tokens_to_train(short)), 10.0]}
+    assert time_left([long], measured) == "about 40 s more at the token rate of the runs finished so far"
+    assert time_left([long, short], measured).startswith("about 50 s more")
+    # a model size not measured yet: no number is made up
+    other = next(p for p in plans if p.point.startswith("d64"))
+    assert (
+        time_left([long, other], measured)
+        == "time left unknown until a run of each model size has finished here"
+    )

@@ -8,16 +8,19 @@ import time
 from typing import Any
 
 from tablefree.sweep.config import CompareConfig
+from tablefree.sweep.grid import same_except
 from tablefree.sweep.plan import RunPlan
 from tablefree.sweep.run import execute_run
 from tablefree.sweep.status import run_state
+from tablefree.train.recipe import budget_steps
 
 
 def run_local(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[str, Any]:
     """Train and evaluate every run of ``plans`` here; returns ``{"out", "runs": {name: state}, "failed",
     "report": None}``."""
     outcome: dict[str, str] = {}
-    took: list[float] = []  # seconds per run this invocation trained or evaluated, for the sweep's ETA
+    # per model size: [tokens, seconds] of the runs this invocation trained and evaluated, for the time left
+    measured: dict[str, list[float]] = {}
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
         state = run_state(run, config.eval)
@@ -27,12 +30,39 @@ def run_local(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[st
             continue
         started = time.perf_counter()
         outcome[run.name] = execute_run(config, run, state, prefix, log)
-        took.append(time.perf_counter() - started)
+        if state == "todo" and outcome[run.name] == "done":
+            rate = measured.setdefault(_model_key(run), [0.0, 0.0])
+            rate[0] += tokens_to_train(run)
+            rate[1] += time.perf_counter() - started
         left = [p for p in plans[number:] if run_state(p, config.eval) != "done"]
         if left:
-            log(f"sweep: {len(left)} run(s) to go, about {_duration(len(left) * sum(took) / len(took))} more")
+            log(f"sweep: {len(left)} run(s) to go; {time_left(left, measured)}")
     failed = [name for name, state in outcome.items() if state == "failed"]
     return {"out": str(config.out_dir), "runs": outcome, "failed": failed, "report": None}
+
+
+def tokens_to_train(run: RunPlan) -> int:
+    """The tokens a run trains from its start (a branch: from its branch step)."""
+    config = run.train_config
+    start = run.branch.step if run.branch is not None else 0
+    return (budget_steps(config.budget, config.batch_tokens) - start) * config.batch_tokens
+
+
+def time_left(left: list[RunPlan], measured: dict[str, list[float]]) -> str:
+    """The time the runs ``left`` take at the token rate (training and evaluation together) of the runs of the
+    same model size finished here; unknown while a size has none. Runs of other budgets take time in
+    proportion to their tokens, not one average run's time each."""
+    unmeasured = sorted({_model_key(run) for run in left} - measured.keys())
+    if unmeasured:
+        return "time left unknown until a run of each model size has finished here"
+    seconds = sum(
+        tokens_to_train(run) * measured[_model_key(run)][1] / measured[_model_key(run)][0] for run in left
+    )
+    return f"about {_duration(seconds)} more at the token rate of the runs finished so far"
+
+
+def _model_key(run: RunPlan) -> str:
+    return same_except(run.recipe.get("model") or {}, "interface")
 
 
 def _duration(seconds: float) -> str:
