@@ -172,11 +172,12 @@ def test_uint32_shards_for_large_vocabularies(tmp_path) -> None:
 _PREPARE_SCRIPT = """
 import sys, time
 import tablefree.data.prepare as prepare
-write_shard = prepare.write_shard
+import tablefree.data.writer as writer
+write_shard = writer.write_shard
 def slow_write_shard(*args, **kwargs):  # slow storage, so that the kill lands midway on any machine
     write_shard(*args, **kwargs)
     time.sleep(0.02)
-prepare.write_shard = slow_write_shard
+writer.write_shard = slow_write_shard
 prepare.prepare_dataset(sys.argv[1], sys.argv[2], tokenizer=sys.argv[3], workers=1, shard_tokens=500,
                 val_fraction=0.2, progress=False)
 """
@@ -313,10 +314,10 @@ def test_tokenizer_without_exact_cut_points_gets_whole_documents(tmp_path, monke
     """A tokenizer with a normalizer (as many hub tokenizers have) is never fed pieces; it still round-trips."""
     from tokenizers import normalizers
 
-    import tablefree.data.prepare as prepare
+    import tablefree.data.tokenizing as tokenizing
     from tablefree.data.tokenizer import is_split_safe
 
-    monkeypatch.setattr(prepare, "PIECE_CHARS", 500)
+    monkeypatch.setattr(tokenizing, "PIECE_CHARS", 500)
     docs = [d * 10 for d in synthetic_docs(6, seed=5)]  # several pieces long each
     tokenizer = train_tokenizer_from_texts(docs, 300)
     tokenizer.normalizer = normalizers.NFC()
@@ -333,7 +334,7 @@ def test_tokenizer_without_exact_cut_points_gets_whole_documents(tmp_path, monke
 
 
 def test_plan_validation_sections_of_long_books_from_different_sources() -> None:
-    from tablefree.data.prepare import VAL_MAX_SHARE, plan_validation
+    from tablefree.data.documents import VAL_MAX_SHARE, plan_validation
 
     rng = np.random.default_rng(5)
     lengths = rng.integers(6_000, 4_000_000, size=57)  # like gutenberg-mix: 57 books, 6 KB to 4 MB
@@ -428,7 +429,7 @@ def test_damaged_journal_or_manifest_is_an_error_naming_the_file(
 
 def test_gutenberg_mix_validation_is_20_sections_of_20_books(shared_data) -> None:
     from tablefree.data.corpus import Corpus
-    from tablefree.data.prepare import LocalDocuments
+    from tablefree.data.documents import LocalDocuments
 
     corpus = Corpus(shared_data / "corpus/gutenberg-mix", gutenberg=True)
     docs = LocalDocuments(corpus, corpus.scan(), val_fraction=0.005, seed=0)

@@ -4,10 +4,14 @@ the first source of the embedded default corpus (the language reference topics) 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tablefree.data.parts import LOCK_FILE
 from tablefree.data.prepare import PARTS_DIR, prepare_dataset
 from tablefree.data.tokenizer import train_tokenizer_from_texts
 
@@ -69,7 +73,7 @@ def test_merge_refuses_missing_or_foreign_parts(corpus: tuple[Path, Path], tmp_p
         prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **SETTINGS)
     prepare_dataset(files, out, tokenizer=tokenizer, part=(2, 2), **SETTINGS)
     with pytest.raises(
-        ValueError, match=r"1-of-2/part.json: prepared from other inputs, settings or tokenizer"
+        ValueError, match=r"1-of-2/part.json: part 1/2 field settings.seed: the part's 0, this merge's 1; "
     ):
         prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **{**SETTINGS, "seed": 1})
     assert sorted(p.name for p in out.iterdir()) == [PARTS_DIR]  # a refused merge writes nothing
@@ -81,6 +85,134 @@ def test_merge_refuses_missing_or_foreign_parts(corpus: tuple[Path, Path], tmp_p
         prepare_dataset(files, out, part=(2, 2), **SETTINGS)
     with pytest.raises(ValueError, match=r"5 parts, but the corpus has only 4 files"):
         prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 5), **SETTINGS)
+
+
+def test_every_merge_mismatch_names_the_part_the_field_and_both_values(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 35: every mismatch gave one generic line. Each names the part, the field and both values."""
+    files, tokenizer = corpus
+    out = tmp_path / "out"
+    for i in (1, 2):
+        prepare_dataset(files, out, tokenizer=tokenizer, part=(i, 2), **SETTINGS)
+    where = r"parts/1-of-2/part\.json: part 1/2 field "
+    cases = [
+        ({"shard_tokens": 30_000}, r"settings\.shard_tokens: the part's 20000, this merge's 30000"),
+        ({"val_documents": 6}, r"settings\.val_documents: the part's 5, this merge's 6"),
+        ({"gutenberg": True}, r"settings\.gutenberg: the part's False, this merge's True"),
+    ]
+    for change, field in cases:
+        with pytest.raises(ValueError, match=where + field):
+            prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **{**SETTINGS, **change})
+    other = tmp_path / "other-tokenizer.json"
+    train_tokenizer_from_texts(["another corpus, another tokenizer"] * 50, 300, other)
+    with pytest.raises(ValueError, match=where + r"tokenizer_hash: the part's [0-9a-f]{16}…, this merge's "):
+        prepare_dataset(files, out, tokenizer=other, merge=True, **SETTINGS)
+    changed = tmp_path / "changed"
+    shutil.copytree(files, changed)
+    with open(changed / "3.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"text": "one more document"}) + "\n")
+    with pytest.raises(
+        ValueError,
+        match=r"part 1/2 field sources\[3\]\.bytes \(3\.jsonl\): the part's \d+, this merge's \d+; ",
+    ):
+        prepare_dataset(changed, out, tokenizer=tokenizer, merge=True, **SETTINGS)
+    assert sorted(p.name for p in out.iterdir()) == [PARTS_DIR]  # each refused merge wrote nothing
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            "flip",
+            r"2-of-2/train\.tokens: part 2/2 field splits\.train\.sha256: the file's is [0-9a-f]{16}…, ",
+        ),
+        ("truncate", r"2-of-2/val\.tokens: part 2/2 field splits\.val\.tokens: the file holds \d+ bytes, "),
+        ("delete", r"2-of-2/train\.tokens: part 2/2's train tokens are missing"),
+        ("record", r"2-of-2/part\.json: field 'splits\.val\.starts' must be a list of token offsets"),
+        ("stream", r"2-of-2/part\.json: part 2/2 field stream: its documents start at 7, the previous part "),
+    ],
+)
+def test_a_damaged_part_is_refused_before_the_merge_writes_anything(
+    corpus: tuple[Path, Path], tmp_path: Path, damage: str, message: str
+) -> None:
+    """Issue 35: a damaged part made `data merge` write tokenizer.json before refusing. Every part is checked
+    first: a refusal leaves the directory as it was, and the part prepared again merges."""
+    files, tokenizer = corpus
+    out = tmp_path / "out"
+    for i in (1, 2):
+        prepare_dataset(files, out, tokenizer=tokenizer, part=(i, 2), **SETTINGS)
+    part = out / PARTS_DIR / "2-of-2"
+    if damage == "flip":
+        data = bytearray((part / "train.tokens").read_bytes())
+        data[10] ^= 1
+        (part / "train.tokens").write_bytes(bytes(data))
+    elif damage == "truncate":
+        (part / "val.tokens").write_bytes((part / "val.tokens").read_bytes()[:-2])
+    elif damage == "delete":
+        (part / "train.tokens").unlink()
+    else:
+        record = json.loads((part / "part.json").read_text())
+        if damage == "record":
+            record["splits"]["val"]["starts"] = "0"
+        else:
+            record["stream"][0] = 7
+        (part / "part.json").write_text(json.dumps(record))
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(ValueError, match=message):
+        prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **SETTINGS)
+    assert (
+        sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    )  # no tokenizer.json, no shard, no journal
+    prepare_dataset(files, out, tokenizer=tokenizer, part=(2, 2), **SETTINGS)
+    merged = prepare_dataset(files, out, tokenizer=tokenizer, merge=True, **SETTINGS)
+    single = prepare_dataset(files, tmp_path / "single", tokenizer=tokenizer, **SETTINGS)
+    merged.pop("created"), single.pop("created")
+    assert merged == single
+
+
+_HOLD_LOCK = """
+import fcntl, os, sys, time
+handle = open(sys.argv[1], "a+")
+fcntl.flock(handle, fcntl.LOCK_EX)
+handle.seek(0)
+handle.truncate()
+handle.write(f"{os.getpid()}\\n")
+handle.flush()
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_two_processes_preparing_one_part_the_second_is_refused_naming_it(
+    corpus: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 35: two processes preparing the same --part at once ended in a raw file-not-found. The part is
+    locked while it is prepared (an flock: released when its process exits, however it exits); a second process
+    is refused in one line naming the part, the holder and the way out, and touches nothing of the part."""
+    files, tokenizer = corpus
+    out = tmp_path / "out"
+    first = prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 2), **SETTINGS)
+    part = out / PARTS_DIR / "1-of-2"
+    finished = {p.name: p.read_bytes() for p in part.iterdir() if p.name != LOCK_FILE}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(part / LOCK_FILE)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        with pytest.raises(
+            ValueError,
+            match=rf"1-of-2: part 1/2 is being prepared by another process now \(pid {holder.pid}; lock .*\.lock\); "
+            r"wait for it to finish, or stop it and run `data prepare --part 1/2` again",
+        ):
+            prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 2), **SETTINGS)
+        # the refused process wrote nothing
+        assert {p.name: p.read_bytes() for p in part.iterdir() if p.name != LOCK_FILE} == finished
+    finally:
+        holder.kill()
+        holder.wait()
+    again = prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 2), **SETTINGS)  # no stale lock
+    assert again == first
 
 
 @pytest.mark.slow

@@ -30,17 +30,20 @@ def small_corpus(shared_data):
 @pytest.fixture(scope="module")
 def trained(small_corpus, tmp_path_factory):
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    return train_tokenizer(small_corpus, 600, path), path
+    return train_tokenizer(small_corpus, 600, path).tokenizer, path
 
 
 def test_training_is_deterministic_and_has_eot(trained, small_corpus, tmp_path) -> None:
     tokenizer, path = trained
-    again = train_tokenizer(small_corpus, 600, tmp_path / "again.json")
+    trained_again = train_tokenizer(small_corpus, 600, tmp_path / "again.json")
+    again = trained_again.tokenizer
     assert tokenizer_hash(again) == tokenizer_hash(tokenizer) == tokenizer_hash(path)
     assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
     assert tokenizer.get_vocab_size() == 600
     assert eot_id(tokenizer) == tokenizer.token_to_id(EOT) == 0
-    other = train_tokenizer(small_corpus[:2], 600)
+    assert trained_again.vocab_size == 600 and trained_again.shortfall() is None
+    assert trained_again.summary.documents == len(small_corpus)  # what reading the corpus found comes with it
+    other = train_tokenizer(small_corpus[:2], 600).tokenizer
     assert tokenizer_hash(other) != tokenizer_hash(tokenizer)
 
 

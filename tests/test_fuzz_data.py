@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tablefree.data.corpus import Corpus, JunkError
+from tablefree.data.corpus import Corpus, CorpusError, JunkError
 from tablefree.data.loader import (
     TokenLoader,
     document_bounds,
@@ -558,9 +558,9 @@ def prepared(tokenizer_file, tmp_path_factory):
     complete = tmp_path_factory.mktemp("complete")
     manifest = prepare_dataset(root, complete, **kwargs)
     interrupted = tmp_path_factory.mktemp("interrupted")
-    import tablefree.data.prepare as prepare
+    from tablefree.data.writer import SplitWriter
 
-    original, calls = prepare.SplitWriter._write, []
+    original, calls = SplitWriter._write, []
 
     def crash_after_three(self, on_shard):
         if len([c for c in calls if c]) >= 3:
@@ -568,12 +568,12 @@ def prepared(tokenizer_file, tmp_path_factory):
         calls.append(True)
         original(self, on_shard)
 
-    prepare.SplitWriter._write = crash_after_three
+    SplitWriter._write = crash_after_three
     try:
         with pytest.raises(KeyboardInterrupt):
             prepare_dataset(root, interrupted, **kwargs)
     finally:
-        prepare.SplitWriter._write = original
+        SplitWriter._write = original
     assert (interrupted / STATE_FILE).exists()
     return root, complete, manifest, interrupted, kwargs
 
@@ -978,3 +978,59 @@ def test_a_full_disk_is_one_line_and_prepare_recovers_byte_identically(tmp_path,
     for name in sorted(p.name for p in (tmp_path / "ref").iterdir() if p.suffix == ".bin"):
         assert (small_disk / "d" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
     assert read_manifest(small_disk / "d")["splits"] == read_manifest(tmp_path / "ref")["splits"]
+
+
+def bomb(compression: str, member_bytes: int, members: int) -> bytes:
+    """``members`` compressed copies of ``member_bytes`` of one letter, as one multi-member (multi-frame) file:
+    cheap to make however far it expands."""
+    data = b"a" * member_bytes
+    member = (
+        gzip.compress(data, compresslevel=9, mtime=0)
+        if compression == "gz"
+        else zstandard.ZstdCompressor(level=19).compress(data)
+    )
+    return member * members
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_a_decompression_bomb_is_refused_in_one_line_naming_the_file(tmp_path, compression) -> None:
+    """Issue 35: an 8.7 MB .gz that expands to 2 GB of one letter kept `data scan` silent for 60 s. A file that
+    expands past the bound (100 times the compressed bytes read, plus 1 MiB) is refused in one line naming it
+    and the option that raises the bound, long before it is read whole (here 2 GiB from about 2 MB); the scan
+    shows its progress on stderr."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a-book.txt").write_text("A sound book.\n" * 50)
+    path = corpus / f"one-letter.txt.{compression}"
+    path.write_bytes(bomb(compression, 64 << 20, 32))  # 2 GiB of "a"
+    for verb in (["data", "scan"], ["data", "prepare", "--out", str(tmp_path / "d"), "--vocab-size", "300"]):
+        result = run_cli(*verb, str(corpus), timeout=90)
+        (error,) = error_lines(result)
+        assert result.returncode == 1, result.stderr
+        assert (
+            f"error: one-letter.txt.{compression}: its {compression} data expands more than 100 times"
+            in error
+        )
+        assert "--max-expansion RATIO" in error
+    assert "scanning:" in result.stderr and "file 2/2 one-letter.txt" in result.stderr  # the progress bar
+    assert not (tmp_path / "d" / "manifest.json").exists()
+    with pytest.raises(CorpusError, match=rf"one-letter\.txt\.{compression}: its {compression} data expands"):
+        Corpus(corpus).scan()
+
+
+@pytest.mark.parametrize("compression", ["gz", "zst"])
+def test_the_expansion_bound_can_be_raised_and_a_sound_file_is_read_whole(tmp_path, compression) -> None:
+    """The bound is an option: a file over 1000 times compressed (4 MiB of one letter) is refused by default and
+    read whole with --max-expansion 1e6 (Python: max_expansion=1e6)."""
+    path = tmp_path / f"repetitive.txt.{compression}"
+    path.write_bytes(bomb(compression, 1 << 20, 4))
+    with pytest.raises(CorpusError, match=r"raise the bound: --max-expansion RATIO"):
+        Corpus(path).scan()
+    corpus = Corpus(path, max_expansion=1e6)
+    assert corpus.scan().documents == 1
+    assert list(corpus.documents()) == ["a" * (4 << 20)]
+    result = run_cli("data", "scan", str(path), "--max-expansion", "1e6", "--json", "--no-progress")
+    assert result.returncode == 0 and json.loads(result.stdout)["documents"] == 1
+    assert result.stderr == ""  # --no-progress: nothing on stderr
+    with pytest.raises(ValueError, match=r"max_expansion must be positive, got 0"):
+        Corpus(path, max_expansion=0)

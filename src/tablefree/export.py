@@ -41,9 +41,10 @@ from safetensors.torch import load_file, save_file
 import tablefree
 from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
 from tablefree.checkpoint.model_dir import empty_model, load_model, save_model
+from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.checkpoint.verify import check_finite
 from tablefree.config_parsing import to_dict
-from tablefree.data.tokenizer import checked_tokenizer, eot_id, load_tokenizer
+from tablefree.data.tokenizer import eot_id, load_tokenizer
 from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
 from tablefree.interfaces import build_interface, parse_interface_options
 from tablefree.interfaces.options import InterfaceConfig

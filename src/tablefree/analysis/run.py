@@ -154,7 +154,7 @@ def matching_tokenizer(
     directory: Path, data_dir: Path, manifest: dict, tokenizer: str | Path | None, vocab_size: int
 ) -> tuple[Any, str]:
     """The checkpoint's tokenizer (or ``tokenizer``, checked against it), which must be the dataset's."""
-    from tablefree.data.tokenizer import checked_tokenizer
+    from tablefree.checkpoint.tokenizer import checked_tokenizer
 
     if tokenizer is None and not (directory / TOKENIZER_FILE).exists():
         tokenizer = data_dir / manifest.get("tokenizer_file", TOKENIZER_FILE)  # checked against meta.json

@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
@@ -30,6 +31,14 @@ def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
         "--strip-gutenberg",
         action="store_true",
         help="keep only the text between Project Gutenberg's START/END lines",
+    )
+    parser.add_argument(
+        "--max-expansion",
+        type=float,
+        default=DEFAULT_MAX_EXPANSION,
+        metavar="RATIO",
+        help="refuse a .gz/.zst file that expands more than RATIO times its compressed bytes, plus 1 MiB "
+        "(a decompression bomb; text compresses 3-5x; default: %(default)g)",
     )
 
 
@@ -95,11 +104,14 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
     scan = verbs.add_parser(
         "scan",
         help="report a corpus's files, encodings and junk",
-        description="Read a corpus once and report files, documents, encodings (and fallbacks) and junk. "
-        "Python API: tablefree.data.corpus.Corpus(PATHS).scan().",
+        description="Read a corpus once and report files, documents, encodings (and fallbacks) and junk; a "
+        "progress bar on stderr counts the bytes read. Python API: tablefree.data.corpus.Corpus(PATHS).scan().",
     )
     scan.add_argument("corpus", nargs="+", help="files or directories")
     scan.add_argument("--json", action="store_true", help="print JSON")
+    scan.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (bytes read, file being read; on stderr)"
+    )
     _add_corpus_options(scan)
     scan.set_defaults(func=run_scan)
 
@@ -216,9 +228,9 @@ def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
-    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer_on_corpus
+    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
 
-    trained = train_tokenizer_on_corpus(
+    trained = train_tokenizer(
         args.corpus,
         args.vocab_size,
         args.out,
@@ -226,6 +238,7 @@ def run_tokenizer_train(args: argparse.Namespace) -> int:
         strict=args.strict,
         gutenberg=args.strip_gutenberg,
         min_frequency=args.min_frequency,
+        max_expansion=args.max_expansion,
     )
     for line in corpus_report(trained.summary.as_dict()):
         print(line)
@@ -286,6 +299,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         strict=args.strict,
         gutenberg=args.strip_gutenberg,
+        max_expansion=args.max_expansion,
         hub=hub,
         max_documents=args.max_documents,
         overwrite=args.overwrite,
@@ -379,8 +393,12 @@ def run_scan(args: argparse.Namespace) -> int:
     from tablefree.data.corpus import Corpus
 
     summary = Corpus(
-        args.corpus, text_field=args.text_field, strict=args.strict, gutenberg=args.strip_gutenberg
-    ).scan()
+        args.corpus,
+        text_field=args.text_field,
+        strict=args.strict,
+        gutenberg=args.strip_gutenberg,
+        max_expansion=args.max_expansion,
+    ).scan(progress=not args.no_progress)
     if args.json:
         json.dump(summary.as_dict(), sys.stdout, indent=2)
         print()

@@ -191,7 +191,7 @@ def run_import(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     from tablefree.checkpoint.model_dir import load_model
-    from tablefree.data.tokenizer import checked_tokenizer
+    from tablefree.checkpoint.tokenizer import checked_tokenizer
     from tablefree.generate import check_sampling, generate, print_stream
 
     check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work

@@ -28,22 +28,20 @@ files of unsupported types, bytes that are not UTF-8, control characters, JSON n
 integers over Python's 4,300-digit limit. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
 names the file and line. Blank lines in JSONL files are not junk.
 
+A compressed file that expands more than ``max_expansion`` (default 100) times the compressed bytes read, plus
+1 MiB, is refused with a ``CorpusError`` naming it (a decompression bomb; text compresses 3-5x).
+
 Use :class:`Corpus`: ``scan()`` makes one pass (sha256 of every file, encodings, document counts, junk) and
-``documents()`` yields the valid documents in a fixed order.
+``documents()`` yields the valid documents in a fixed order. Finding the files is :mod:`tablefree.data.sources`;
+decompressing and decoding them, :mod:`tablefree.data.decoding`.
 """
 
 from __future__ import annotations
 
-import codecs
-import errno
-import gzip
 import hashlib
 import io
 import json
-import os
 import re
-import stat
-import zlib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,39 +49,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from tablefree.data.decoding import (
+    DEFAULT_MAX_EXPANSION,
+    BadCharacters,
+    decode_bytes,
+    decompression_errors,
+    open_decompressed,
+    sniff_stream,
+)
+from tablefree.data.sources import CorpusError, Junk, SourceFile, list_sources, open_regular
 from tablefree.fileio import no_duplicate_keys
 
-READ_BLOCK = 1 << 20
-SNIFF_BYTES = 8192
-KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
-COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
-# Bytes that Windows-1252 leaves undefined: a file holding them is decoded as Latin-1.
-_CP1252_UNDEFINED = re.compile(rb"[\x81\x8d\x8f\x90\x9d]")
-_C1_BYTES = re.compile(rb"[\x80-\x9f]")
-# Control characters that do not occur in text (everything below 0x20 except \t \n \v \f \r and ESC).
-_BINARY_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    path: Path
-    rel: str  # path relative to the corpus root it was found under: names the file in manifests and errors
-    kind: str  # "txt", "jsonl" or "parquet"
-    compression: str | None  # None, "gz" or "zst"
-
-
-@dataclass
-class Junk:
-    """One piece of junk: a file (line ``None``) or a line/row of a file that was skipped, and why."""
-
-    file: str
-    line: int | None
-    kind: str
-    detail: str
-
-    def __str__(self) -> str:
-        where = self.file if self.line is None else f"{self.file}:{self.line}"
-        return f"{where}: {self.kind}: {self.detail}"
+__all__ = ["Corpus", "CorpusError", "CorpusSummary", "FileInfo", "Junk", "JunkError", "strip_gutenberg"]
 
 
 @dataclass
@@ -147,112 +124,8 @@ class CorpusSummary:
         return "\n".join(lines)
 
 
-class CorpusError(ValueError):
-    """A corpus that cannot be read as asked; the message names the file (and line where there is one)."""
-
-
 class JunkError(CorpusError):
     """Raised in strict mode; the message names the file and line."""
-
-
-def list_sources(paths: str | Path | Sequence[str | Path]) -> tuple[list[SourceFile], list[Junk]]:
-    """The corpus files under ``paths`` (directories recursively, sorted, links followed), and the junk found
-    on the way: unsupported files and every entry that is not read, with the reason."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    walk = _Walk()
-    for root in map(Path, paths):
-        if not root.exists() and not root.is_symlink():
-            raise FileNotFoundError(f"corpus path not found: {root}")
-        # files of a directory are named relative to it; a file given directly, by its name
-        walk.visit(root, "" if root.is_dir() else root.name, frozenset())
-    return walk.files, walk.junk
-
-
-class _Walk:
-    """One listing of a corpus: the regular files found, and the junk (with its reason) for the rest."""
-
-    def __init__(self) -> None:
-        self.files: list[SourceFile] = []
-        self.junk: list[Junk] = []
-        self.seen: dict[tuple[int, int], str] = {}  # (device, inode) of each file and directory listed
-
-    def visit(self, path: Path, rel: str, ancestors: frozenset[tuple[int, int]]) -> None:
-        """List ``path``, named ``rel`` in the summary ("": a corpus root directory, named by its path)."""
-        name = rel or str(path)
-        try:
-            info = path.stat()  # follows links
-        except OSError as error:
-            self.junk.append(_unreachable(path, name, error))
-            return
-        key = (info.st_dev, info.st_ino)
-        if stat.S_ISDIR(info.st_mode):
-            if key in ancestors:
-                self.junk.append(
-                    Junk(name, None, "link-loop", "a link back to a directory above it: not read")
-                )
-            elif key in self.seen:
-                self.junk.append(
-                    Junk(name, None, "duplicate", f"the directory {self.seen[key]} again: not read twice")
-                )
-            else:
-                self.seen[key] = name
-                self._directory(path, rel, ancestors | {key})
-        elif not stat.S_ISREG(info.st_mode):
-            kind = _file_kind(info.st_mode)
-            self.junk.append(Junk(name, None, "not-regular", f"{kind}, not a regular file: not read"))
-        elif key in self.seen:
-            self.junk.append(Junk(rel, None, "duplicate", f"the file {self.seen[key]} again: not read twice"))
-        else:
-            self.seen[key] = rel
-            kind, compression = file_type(path)
-            if kind is None:
-                self.junk.append(Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet ({path.name})"))
-            else:
-                self.files.append(SourceFile(path, rel, kind, compression))
-
-    def _directory(self, path: Path, rel: str, ancestors: frozenset[tuple[int, int]]) -> None:
-        try:
-            names = sorted(entry.name for entry in os.scandir(path))
-        except OSError as error:
-            detail = f"directory not listed ({error.strerror or error})"
-            self.junk.append(Junk(rel or str(path), None, "unreadable", detail))
-            return
-        for name in names:  # sorted names at every level: the order of the sorted relative paths
-            self.visit(path / name, f"{rel}/{name}" if rel else name, ancestors)
-
-
-def _unreachable(path: Path, rel: str, error: OSError) -> Junk:
-    if error.errno == errno.ELOOP:
-        return Junk(rel, None, "link-loop", "links that lead back to each other: not read")
-    if path.is_symlink() and isinstance(error, FileNotFoundError):
-        return Junk(
-            rel, None, "dangling-link", f"a link to {os.readlink(path)}, which does not exist: not read"
-        )
-    return Junk(rel, None, "unreadable", f"cannot be read ({error.strerror or error})")
-
-
-def _file_kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
-
-
-def open_regular(path: Path) -> io.BufferedReader:
-    """``path`` opened for reading, refused unless it is a regular file: a FIFO or a device (or a link to one,
-    such as /dev/zero) would block the open or never end. O_NONBLOCK makes opening a FIFO return at once."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError(errno.EINVAL, f"{_file_kind(mode)}, not a regular file", str(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _unreadable_file(source: SourceFile, error: OSError) -> Junk:
@@ -265,322 +138,6 @@ def _sha256(source: SourceFile) -> str:
         while block := handle.read(1 << 24):
             digest.update(block)
     return digest.hexdigest()
-
-
-def file_type(path: Path) -> tuple[str | None, str | None]:
-    suffixes = [s.lower() for s in path.suffixes]
-    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
-    if compression:
-        suffixes = suffixes[:-1]
-    kind = KINDS.get(suffixes[-1]) if suffixes else None
-    if kind == "parquet" and compression:
-        return None, None  # parquet compresses internally
-    return kind, compression
-
-
-def open_decompressed(source: SourceFile) -> io.BufferedIOBase:
-    """A binary stream of the file's (decompressed) bytes."""
-    if source.compression == "zst":
-        zstandard = _zstandard(source)
-        return io.BufferedReader(_ZstdStream(open_regular(source.path), zstandard), READ_BLOCK)
-    raw = open_regular(source.path)
-    return _GzipStream(raw) if source.compression == "gz" else raw
-
-
-class _GzipStream(gzip.GzipFile):
-    """A gzip stream over an open file, which it closes (GzipFile leaves a file it was given open)."""
-
-    def __init__(self, raw: io.BufferedReader) -> None:
-        super().__init__(fileobj=raw, mode="rb")
-        self._source_file = raw
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._source_file.close()
-
-
-class _ZstdStream(io.RawIOBase):
-    """Decompressed bytes of a zstd file of one or more frames. Unlike zstandard's stream reader, which
-    returns a truncated file's partial data as if it were whole, it raises an OSError when the file ends
-    inside a frame."""
-
-    def __init__(self, raw: io.BufferedIOBase, zstandard) -> None:
-        self.raw, self.zstandard = raw, zstandard
-        self.frame = None  # the decompressor of the frame being read
-        self.pending, self.leftover = b"", b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self.pending:
-            chunk, self.leftover = self.leftover or self.raw.read(READ_BLOCK), b""
-            if not chunk:
-                if self.frame is not None:
-                    raise OSError("truncated zstd data: the file ends inside a frame")
-                return 0
-            if self.frame is None:
-                self.frame = self.zstandard.ZstdDecompressor().decompressobj()
-            self.pending = self.frame.decompress(chunk)
-            if self.frame.eof:
-                self.leftover, self.frame = self.frame.unused_data, None
-        size = min(len(buffer), len(self.pending))
-        buffer[:size] = self.pending[:size]
-        self.pending = self.pending[size:]
-        return size
-
-    def close(self) -> None:
-        self.raw.close()
-        super().close()
-
-
-def _zstandard(source: SourceFile):
-    """The optional ``zstandard`` module, imported only when a .zst file is read (it is not in every image)."""
-    try:
-        import zstandard
-    except ImportError as error:
-        raise CorpusError(
-            f"{source.rel}: reading .zst files needs the zstandard package (pip install zstandard)"
-        ) from error
-    return zstandard
-
-
-def _decompression_errors() -> tuple[type[BaseException], ...]:
-    """What a corrupt compressed stream raises (zstandard's error only when zstandard is installed)."""
-    errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
-    try:
-        import zstandard
-    except ImportError:
-        return errors
-    return (*errors, zstandard.ZstdError)
-
-
-# What reading drops from text, and counts: bytes that are not UTF-8 in a UTF-8 file (decoded with
-# surrogateescape, they become U+DC80-U+DCFF), control characters (C0 but tab, LF, VT, FF, CR; DEL; C1) and lone
-# surrogates (a JSON string may spell one with an escape; no encoder accepts them).
-_ESCAPED_BYTES = re.compile("[\udc80-\udcff]+")
-_CONTROL = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")
-_SURROGATES = re.compile("[\ud800-\udfff]")
-# _CONTROL in UTF-8, as two searches: one character class scans far faster than an alternation
-_C0_BYTES = re.compile(b"[\x00-\x08\x0e-\x1f\x7f]")
-_C1_UTF8 = re.compile(b"\xc2[\x80-\x9f]")
-MAX_LINE_REPORTS = 10  # per file and kind; the rest are summed up in one more item
-
-
-@dataclass
-class _Sniffed:
-    """What one streaming pass over a file's bytes found."""
-
-    invalid: int = 0  # bytes that are not UTF-8
-    multibyte: int = 0  # non-ASCII characters that are valid UTF-8
-    stray: int = 0  # of the invalid bytes, those that do not read as text in Windows-1252 either
-    nul: bool = False
-    has_text: bool = False
-    c1: bool = False
-    undefined: bool = False
-    utf16: bool = False  # the whole file decodes as UTF-16 (after a UTF-16 byte-order mark)
-
-
-def sniff_stream(source: SourceFile) -> tuple[str, Junk | None]:
-    """Stream a file once: its encoding, or ("junk", why) for a binary or empty file. Memory stays O(block).
-
-    UTF-8 when every byte is UTF-8, and also when a few are not (dropped and reported by line when read): after a
-    UTF-8 byte-order mark, or when they are fewer than the valid non-ASCII characters, or when most of
-    them do not read as text in Windows-1252 either (``_stray_bytes``).
-    UTF-16 only after a UTF-16 byte-order mark, when the whole file decodes as UTF-16 and holds the NUL bytes
-    UTF-16 text always has (FF FE followed by UTF-8 is UTF-8 with two bad bytes). Otherwise Windows-1252, or Latin-1
-    when a byte that Windows-1252 leaves undefined occurs."""
-    with open_decompressed(source) as stream:
-        head = stream.read(SNIFF_BYTES)
-        if looks_binary(head):
-            return "junk", Junk(source.rel, None, "binary", "mostly NUL or control bytes: not text")
-        bom16 = head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-        bom8 = head.startswith(codecs.BOM_UTF8)
-        found = _Sniffed(utf16=bom16)
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
-        utf16 = codecs.getincrementaldecoder("utf-16")() if bom16 else None
-        block = head[len(codecs.BOM_UTF8) :] if bom8 else head
-        while block:
-            found.has_text = found.has_text or bool(block.strip())
-            _count_utf8(utf8.decode(block), found)
-            if found.utf16:
-                try:
-                    utf16.decode(block)
-                except UnicodeDecodeError:
-                    found.utf16 = False
-            found.nul = found.nul or b"\x00" in block
-            found.c1 = found.c1 or bool(_C1_BYTES.search(block))
-            found.undefined = found.undefined or bool(_CP1252_UNDEFINED.search(block))
-            block = stream.read(READ_BLOCK)
-        _count_utf8(utf8.decode(b"", final=True), found)
-        if found.utf16:
-            try:
-                utf16.decode(b"", final=True)
-            except UnicodeDecodeError:
-                found.utf16 = False
-    if not found.has_text:
-        return "junk", Junk(source.rel, None, "empty", "no text")
-    encoding = _choose_encoding(found, bom8, bom16)
-    if encoding in ("cp1252", "latin-1") and found.multibyte:
-        return encoding, Junk(
-            source.rel,
-            None,
-            "mixed-encoding",
-            f"{found.invalid} bytes are not UTF-8, so the file is read as {encoding}; its {found.multibyte} "
-            "UTF-8 characters come out as two to four characters each",
-        )
-    return encoding, None
-
-
-def _count_utf8(text: str, found: _Sniffed) -> None:
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")  # fails exactly when surrogateescape kept a byte that is not UTF-8
-        invalid = 0
-    except UnicodeEncodeError:
-        invalid = 0
-        for run in _ESCAPED_BYTES.finditer(text):
-            invalid += len(run.group())
-            found.stray += _stray_bytes(text, run.start(), run.end())
-    found.invalid += invalid
-    found.multibyte += len(text) - len(text.encode("ascii", "ignore")) - invalid
-
-
-def _stray_bytes(text: str, start: int, end: int) -> int:
-    """How many of the bytes that are not UTF-8 in ``text[start:end]`` (kept by surrogateescape) do not read
-    as text in Windows-1252: an undefined byte, a symbol between two letters (``wh€ale``), an
-    uppercase letter right after a lowercase one (``whÉale``). Legacy text reads as text: ``Laocoön``,
-    ``IRENÉ``, ``don’t``, ``“quoted”``, ``£5``."""
-    legacy = bytes(ord(c) - 0xDC00 for c in text[start:end]).decode("cp1252", errors="replace")
-    before, after = text[start - 1 : start] or " ", text[end : end + 1] or " "
-    context = (before if before.isascii() else " ") + legacy + (after if after.isascii() else " ")
-    stray = 0
-    for i, char in enumerate(legacy, start=1):
-        previous, following = context[i - 1], context[i + 1]
-        if char.isalpha():
-            stray += char.isupper() and previous.islower()
-        elif char in "’'":
-            continue
-        else:
-            stray += char == "\ufffd" or (previous.isalpha() and following.isalpha())
-    return stray
-
-
-def _choose_encoding(found: _Sniffed, bom8: bool, bom16: bool) -> str:
-    invalid = found.invalid - (2 if bom16 else 0)  # the two bytes of a UTF-16 mark are never UTF-8
-    # Real UTF-16 text has NUL bytes (every newline, space and ASCII character has one); FF FE before 8-bit
-    # text without them may still decode as UTF-16, as gibberish.
-    if bom16 and found.utf16 and found.nul:
-        return "utf-16"
-    # A UTF-8 byte-order mark declares UTF-8; without one, a few bytes that are not UTF-8 among more valid UTF-8
-    # characters, or bytes that mostly do not read as legacy text either, are damage to drop and report
-    if bom8 or invalid <= found.multibyte or 2 * found.stray > invalid:
-        return "utf-8-sig" if bom8 else "utf-8"
-    return "cp1252" if found.c1 and not found.undefined else "latin-1"
-
-
-def decode_bytes(data: bytes, encoding: str) -> str:
-    """Decode with an encoding chosen by :func:`sniff_stream`: UTF-8 keeps bytes that are not UTF-8 as
-    U+DC80-U+DCFF (surrogateescape) for :func:`drop_bad_characters` to drop and report."""
-    if encoding in ("utf-8", "utf-8-sig"):
-        while encoding == "utf-8-sig" and data.startswith(codecs.BOM_UTF8):  # no mark enters the text
-            data = data[len(codecs.BOM_UTF8) :]
-        return data.decode("utf-8", errors="surrogateescape")
-    return data.decode(encoding)
-
-
-class _BadCharacters:
-    """Counts what :func:`drop_bad_characters` dropped in one file, and turns it into junk items: bytes
-    that are not UTF-8 per line (the first MAX_LINE_REPORTS lines, then a sum), control characters and lone
-    surrogates per file."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-        self.byte_lines: list[Junk] = []
-        self.more_byte_lines = self.more_bytes = 0
-        self.control = self.surrogates = 0
-        self.control_lines: list[int] = []
-
-    def drop(self, text: str, first_line: int | None, decoded: bool = True) -> tuple[str, list[Junk]]:
-        """``text`` without the bad characters; junk items for its bytes that were not UTF-8 (line numbers
-        from ``first_line``). ``decoded``: ``text`` comes from bytes decoded with surrogateescape (False for a
-        JSON string, whose U+DC80-U+DCFF can only be escapes). The common case, clean text, costs one UTF-8
-        encode and one bytes search (a str regex over non-ASCII text is several times slower)."""
-        items = []
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:  # surrogates: bytes kept by surrogateescape, or lone ones from JSON
-            if decoded and _ESCAPED_BYTES.search(text):
-                items = self._drop_bytes(text, first_line)
-                text = _ESCAPED_BYTES.sub("", text)
-            text, count = _SURROGATES.subn("", text)
-            self.surrogates += count
-            data = text.encode("utf-8")
-        if _C0_BYTES.search(data) or (b"\xc2" in data and _C1_UTF8.search(data)):
-            control = _CONTROL.search(text)
-            if len(self.control_lines) < 3 and first_line is not None:
-                self.control_lines.append(first_line + text.count("\n", 0, control.start()))
-            text, count = _CONTROL.subn("", text)
-            self.control += count
-        return text, items
-
-    def _drop_bytes(self, text: str, first_line: int | None) -> list[Junk]:
-        by_line: dict[int | None, bytearray] = {}
-        for match in _ESCAPED_BYTES.finditer(text):
-            line = None if first_line is None else first_line + text.count("\n", 0, match.start())
-            by_line.setdefault(line, bytearray()).extend(ord(c) - 0xDC00 for c in match.group())
-        items = []
-        for line, raw in by_line.items():
-            if len(self.byte_lines) < MAX_LINE_REPORTS:
-                detail = f"{len(raw)} byte(s) not UTF-8 dropped: {_hex(raw)}"
-                junk = Junk(self.file, line, "invalid-utf8", detail)
-                self.byte_lines.append(junk)
-                items.append(junk)
-            else:
-                self.more_byte_lines += 1
-                self.more_bytes += len(raw)
-        return items
-
-    def summary(self) -> list[Junk]:
-        """The items that sum up the file (call once, after its last document)."""
-        items = []
-        if self.more_byte_lines:
-            items.append(
-                Junk(
-                    self.file,
-                    None,
-                    "invalid-utf8",
-                    f"{self.more_bytes} more byte(s) not UTF-8 dropped on {self.more_byte_lines} more lines",
-                )
-            )
-        if self.control:
-            lines = (
-                f" (first on line {', '.join(map(str, self.control_lines))})" if self.control_lines else ""
-            )
-            items.append(
-                Junk(
-                    self.file, None, "control-chars", f"{self.control} NUL/control characters dropped{lines}"
-                )
-            )
-        if self.surrogates:
-            items.append(
-                Junk(
-                    self.file, None, "invalid-unicode", f"{self.surrogates} lone surrogate characters dropped"
-                )
-            )
-        return items
-
-
-def looks_binary(head: bytes) -> bool:
-    """True when the first bytes of a file are not text: more than 5% NUL or other control bytes (a few are
-    dropped and counted when the text is read). A UTF-16 byte-order mark exempts the NULs of UTF-16."""
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return False
-    controls = len(_BINARY_BYTES.findall(head))
-    return controls > 0.05 * max(1, len(head))
 
 
 # Project Gutenberg boilerplate: the text starts after the START line (or the old "small print" end) and ends
@@ -620,9 +177,13 @@ class Corpus:
         text_field: str = "text",
         strict: bool = False,
         gutenberg: bool = False,
+        max_expansion: float = DEFAULT_MAX_EXPANSION,
     ) -> None:
+        if max_expansion <= 0:
+            raise ValueError(f"max_expansion must be positive, got {max_expansion}")
         self.paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
         self.text_field, self.strict, self.gutenberg = text_field, strict, gutenberg
+        self.max_expansion = max_expansion
         self.sources, unsupported = list_sources(self.paths)
         self.summary: CorpusSummary | None = None
         self._encodings: dict[str, str | None] = {}
@@ -635,28 +196,17 @@ class Corpus:
     # -- scanning ---------------------------------------------------------------------------------------
 
     def scan(self, progress: bool = False) -> CorpusSummary:
-        """One pass over every file: sha256, size, encoding, valid document count and junk."""
+        """One pass over every file: sha256, size, encoding, valid document count and junk. ``progress``: a
+        bar on stderr counting the (decompressed) bytes read, with the file being read."""
         summary = CorpusSummary(junk=list(self._pending_junk))
         self.document_chars = []
-        for source in tqdm(self.sources, desc="scanning", unit="file", disable=not progress):
-            info = FileInfo(source.rel, None, 0, None, 0)
-            try:
-                info.sha256, info.bytes = _sha256(source), source.path.stat().st_size
-            except OSError as error:  # a mode-000 file, say: said, and not read again by documents()
-                self._junk(_unreadable_file(source, error), summary.junk)
-                self._encodings[source.rel] = info.encoding = "junk"
-            else:
-                info.encoding = self._file_encoding(source, summary.junk)
-            if info.encoding != "junk":
-                for item in self._file_documents(source, info.encoding):
-                    if isinstance(item, Junk):
-                        self._junk(item, summary.junk)
-                    else:
-                        info.documents += 1
-                        self.document_chars.append(len(item))
-            else:
-                info.encoding = None
-            summary.files.append(info)
+        bar = tqdm(desc="scanning", unit="B", unit_scale=True, unit_divisor=1000, disable=not progress)
+        try:
+            for number, source in enumerate(self.sources, start=1):
+                bar.set_postfix_str(f"file {number}/{len(self.sources)} {source.rel}", refresh=False)
+                summary.files.append(self._scan_file(source, summary.junk, bar.update))
+        finally:
+            bar.close()
         if not self.sources:
             skipped = "".join(f"; {junk}" for junk in summary.junk[:3])
             raise ValueError(
@@ -664,6 +214,26 @@ class Corpus:
             )
         self.summary = summary
         return summary
+
+    def _scan_file(self, source: SourceFile, found: list[Junk], on_read) -> FileInfo:
+        info = FileInfo(source.rel, None, 0, None, 0)
+        try:
+            info.sha256, info.bytes = _sha256(source), source.path.stat().st_size
+        except OSError as error:  # a mode-000 file, say: said, and not read again by documents()
+            self._junk(_unreadable_file(source, error), found)
+            self._encodings[source.rel] = info.encoding = "junk"
+        else:
+            info.encoding = self._file_encoding(source, found, on_read)
+        if info.encoding == "junk":
+            info.encoding = None
+            return info
+        for item in self._file_documents(source, info.encoding):
+            if isinstance(item, Junk):
+                self._junk(item, found)
+            else:
+                info.documents += 1
+                self.document_chars.append(len(item))
+        return info
 
     def file_document_ranges(self) -> list[tuple[int, int]]:
         """[first, end) global document indices of each source file (after ``scan()``)."""
@@ -710,7 +280,7 @@ class Corpus:
         if found is not None:
             found.append(junk)
 
-    def _file_encoding(self, source: SourceFile, found: list[Junk] | None) -> str:
+    def _file_encoding(self, source: SourceFile, found: list[Junk] | None, on_read=None) -> str:
         """The file's text encoding, or "junk" after reporting a binary, empty or unreadable file."""
         if source.kind == "parquet":
             encoding = "utf-8"  # parquet strings are UTF-8 by specification
@@ -728,8 +298,8 @@ class Corpus:
             self._encodings[source.rel] = encoding
             return encoding
         try:
-            encoding, problem = sniff_stream(source)
-        except _decompression_errors() as error:
+            encoding, problem = sniff_stream(source, self.max_expansion, on_read)
+        except decompression_errors() as error:
             if source.compression is None or getattr(error, "filename", None) == str(source.path):
                 problem = _unreadable_file(source, error)  # opening or reading the file itself failed
             else:
@@ -741,7 +311,7 @@ class Corpus:
         return encoding
 
     def _read_all(self, source: SourceFile) -> bytes:
-        with open_decompressed(source) as stream:
+        with open_decompressed(source, self.max_expansion) as stream:
             return stream.read()
 
     def _file_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
@@ -756,7 +326,7 @@ class Corpus:
         return strip_gutenberg(text) if self.gutenberg else text
 
     def _txt_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
-        bad = _BadCharacters(source.rel)
+        bad = BadCharacters(source.rel)
         text, items = bad.drop(decode_bytes(self._read_all(source), encoding), 1)
         yield from items
         yield from bad.summary()
@@ -767,10 +337,10 @@ class Corpus:
             yield Junk(source.rel, None, "empty", "no text after removing boilerplate and bad characters")
 
     def _jsonl_documents(self, source: SourceFile, encoding: str) -> Iterator[str | Junk]:
-        bad = _BadCharacters(source.rel)
+        bad = BadCharacters(source.rel)
         errors = "surrogateescape" if encoding.startswith("utf-8") else "strict"
         with io.TextIOWrapper(
-            open_decompressed(source), encoding=encoding, errors=errors, newline="\n"
+            open_decompressed(source, self.max_expansion), encoding=encoding, errors=errors, newline="\n"
         ) as lines:
             for line_no, line in enumerate(lines, start=1):
                 line, items = bad.drop(line, line_no)
@@ -788,7 +358,7 @@ class Corpus:
                 yield self._record_text(record, source.rel, line_no, bad)
         yield from bad.summary()
 
-    def _record_text(self, record: object, file: str, line: int | None, bad: _BadCharacters) -> str | Junk:
+    def _record_text(self, record: object, file: str, line: int | None, bad: BadCharacters) -> str | Junk:
         if not isinstance(record, dict) or self.text_field not in record:
             return Junk(file, line, "missing-field", f"no field {self.text_field!r}")
         text = record[self.text_field]
@@ -807,7 +377,7 @@ class Corpus:
     def _parquet_documents(self, source: SourceFile) -> Iterator[str | Junk]:
         import pyarrow.parquet as pq
 
-        bad = _BadCharacters(source.rel)
+        bad = BadCharacters(source.rel)
         row = 0
         try:
             with open_regular(source.path) as handle:
@@ -842,10 +412,6 @@ def _named(files: list[str], limit: int = 5) -> str:
         return ""
     more = f" and {len(files) - limit} more" if len(files) > limit else ""
     return ": " + ", ".join(files[:limit]) + more
-
-
-def _hex(raw: bytes, limit: int = 16) -> str:
-    return raw[:limit].hex(" ") + (" …" if len(raw) > limit else "")
 
 
 def _short(message: str, limit: int = 200) -> str:

@@ -26,6 +26,11 @@ def version_for_vocab(vocab_size: int) -> int:
     return VERSION_UINT16 if vocab_size <= 65_536 else VERSION_UINT32
 
 
+def dtype_for_vocab(vocab_size: int) -> np.dtype:
+    """The dtype a shard of this vocabulary stores its tokens in (uint16 up to 65,536 ids, else uint32)."""
+    return _DTYPES[version_for_vocab(vocab_size)]
+
+
 def write_shard(path: str | Path, tokens: np.ndarray, vocab_size: int) -> None:
     """Atomically write ``tokens`` as a shard (temp file in the same directory, fsync, rename)."""
     path = Path(path)

@@ -20,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree.data.corpus import Corpus, CorpusSummary
+from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.fileio import atomic_path
 
 EOT = "<|endoftext|>"
@@ -40,7 +41,7 @@ def new_byte_level_bpe() -> Tokenizer:
 def train_tokenizer_from_texts(
     texts: Iterable[str], vocab_size: int, out_path: str | Path | None = None, *, min_frequency: int = 2
 ) -> Tokenizer:
-    """Train a byte-level BPE on an iterable of documents (see :func:`train_tokenizer`)."""
+    """Train a byte-level BPE on an iterable of documents (:func:`train_tokenizer` reads them from a corpus)."""
     if vocab_size < MIN_VOCAB:
         raise ValueError(f"vocab_size must be at least {MIN_VOCAB} (256 bytes + {EOT}), got {vocab_size}")
     tokenizer = new_byte_level_bpe()
@@ -82,26 +83,6 @@ class TrainedTokenizer:
         )
 
 
-def train_tokenizer_on_corpus(
-    sources: str | Path | Sequence[str | Path],
-    vocab_size: int,
-    out_path: str | Path | None = None,
-    *,
-    text_field: str = "text",
-    strict: bool = False,
-    gutenberg: bool = False,
-    min_frequency: int = 2,
-) -> TrainedTokenizer:
-    """:func:`train_tokenizer`, returning also the corpus summary (junk by file and line, encodings) and
-    whether the vocabulary was filled (``shortfall()``)."""
-    corpus = Corpus(sources, text_field=text_field, strict=strict, gutenberg=gutenberg)
-    summary = corpus.scan()
-    tokenizer = train_tokenizer_from_texts(
-        corpus.documents(), vocab_size, out_path, min_frequency=min_frequency
-    )
-    return TrainedTokenizer(tokenizer, summary, vocab_size, min_frequency)
-
-
 def train_tokenizer(
     sources: str | Path | Sequence[str | Path],
     vocab_size: int,
@@ -111,19 +92,20 @@ def train_tokenizer(
     strict: bool = False,
     gutenberg: bool = False,
     min_frequency: int = 2,
-) -> Tokenizer:
+    max_expansion: float = DEFAULT_MAX_EXPANSION,
+) -> TrainedTokenizer:
     """Train a byte-level BPE tokenizer with ``vocab_size`` entries (``<|endoftext|>`` included) on a corpus
-    (files or directories, read by :class:`tablefree.data.corpus.Corpus`), and save it to ``out_path``. A
-    small corpus may fill fewer entries; :func:`train_tokenizer_on_corpus` says so, and reports the junk."""
-    return train_tokenizer_on_corpus(
-        sources,
-        vocab_size,
-        out_path,
-        text_field=text_field,
-        strict=strict,
-        gutenberg=gutenberg,
-        min_frequency=min_frequency,
-    ).tokenizer
+    (files or directories, read by :class:`tablefree.data.corpus.Corpus`), and save it to ``out_path``. Returns
+    the tokenizer (``.tokenizer``) with the corpus summary (junk by file and line, encodings) and whether the
+    vocabulary was filled: a small corpus may fill fewer entries (``shortfall()`` says so)."""
+    corpus = Corpus(
+        sources, text_field=text_field, strict=strict, gutenberg=gutenberg, max_expansion=max_expansion
+    )
+    summary = corpus.scan()
+    tokenizer = train_tokenizer_from_texts(
+        corpus.documents(), vocab_size, out_path, min_frequency=min_frequency
+    )
+    return TrainedTokenizer(tokenizer, summary, vocab_size, min_frequency)
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> None:
@@ -241,35 +223,3 @@ def split_points(text: str, piece_chars: int) -> Iterator[int]:
             return
         yield after - 1
         position = after - 1 + piece_chars
-
-
-def checked_tokenizer(directory: Path, tokenizer: str | Path | None = None):
-    """(tokenizer, its hash) for a checkpoint directory: the one whose hash the checkpoint recorded (eval, export,
-    generate, analyze and the lm-eval adapter all use this); one that differs from that record, or from the
-    checkpoint's own tokenizer.json, is refused with one line."""
-    from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
-    from tablefree.fileio import read_json
-
-    meta = read_json(directory / META_FILE) if (directory / META_FILE).exists() else {}
-    if not isinstance(meta, dict):
-        raise ValueError(f"{directory / META_FILE}: expected a JSON object, got {type(meta).__name__}")
-    recorded = meta.get("tokenizer_hash")
-    own_file = directory / TOKENIZER_FILE
-    if tokenizer is None and not own_file.exists():
-        raise FileNotFoundError(f"{directory}: no {TOKENIZER_FILE} in the checkpoint; pass --tokenizer PATH")
-    source = own_file if tokenizer is None else tokenizer
-    tok = load_tokenizer(str(source))
-    digest = tokenizer_hash(tok)
-    if recorded is not None and digest != recorded:
-        raise ValueError(
-            f"tokenizer {source} (sha256 {digest[:12]}…) does not match the tokenizer_hash "
-            f"{recorded[:12]}… recorded in {directory / META_FILE}; refusing to use it"
-        )
-    if tokenizer is not None and own_file.exists():
-        own = tokenizer_hash(load_tokenizer(str(own_file)))
-        if own != digest:
-            raise ValueError(
-                f"tokenizer {source} (sha256 {digest[:12]}…) differs from the checkpoint's own "
-                f"{own_file} ({own[:12]}…); refusing to use it"
-            )
-    return tok, digest

@@ -16,8 +16,8 @@ import torch
 
 from tablefree.checkpoint.layout import META_FILE
 from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.cpu_memory import keep_freed_memory
-from tablefree.data.tokenizer import checked_tokenizer
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.tasks import (

@@ -36,7 +36,8 @@ from tqdm import tqdm
 from tablefree import device as devices
 from tablefree.checkpoint.layout import TOKENIZER_FILE
 from tablefree.checkpoint.model_dir import load_model
-from tablefree.data.tokenizer import checked_tokenizer, eot_id
+from tablefree.checkpoint.tokenizer import checked_tokenizer
+from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.tasks import TASKS, check_task_files, load_docs, parse_task_names
 from tablefree.fileio import write_text_atomic
