@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tablefree import scaling
-from tablefree.scaling import Observation
+from tablefree.scaling import Observation, backtests, fits, intervals
 
 BUDGETS = np.geomspace(5e5, 8e6, 5)  # 16×, five budgets: the smallest design the fits accept
 CROSS = 16e6
@@ -65,7 +65,7 @@ def test_fit_matches_scipy_lbfgsb_from_the_same_best_start():
     w = np.ones((1, x.size))
 
     def objective(theta):
-        f, g = scaling._huber(theta[None], log_x - log_x.mean(), log_y, w)
+        f, g = fits._huber(theta[None], log_x - log_x.mean(), log_y, w)
         return f[0], g[0]
 
     best = np.array([np.log(ours.E), np.log(ours.B) - ours.beta * log_x.mean(), ours.beta])
@@ -83,7 +83,7 @@ def test_huber_fit_shrugs_off_one_outlier_that_least_squares_follows(monkeypatch
     y[3] += 0.4  # one diverged run
     huber = scaling.fit_power_law(x, y)
     assert (huber.E, huber.B, huber.beta) == pytest.approx(LEARNED, rel=0.02)
-    monkeypatch.setattr(scaling, "HUBER_DELTA", 10.0)  # every residual inside δ: plain least squares
+    monkeypatch.setattr(fits, "HUBER_DELTA", 10.0)  # every residual inside δ: plain least squares
     squares = scaling.fit_power_law(x, y)
     truth = curve("learned", 1e9)
     assert abs(huber.predict(1e9) - truth) < 0.01
@@ -230,14 +230,14 @@ def test_size_fit_over_parameters_at_fixed_tokens_per_parameter():
 
 
 def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():
-    draws = scaling._resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=10, resample="seeds")
+    draws = intervals.resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=10, resample="seeds")
     counts = draws.weights[:, ::2]
     assert len(counts) == 10 and len({tuple(c) for c in counts}) == 10 and (counts.sum(axis=1) == 3).all()
     assert draws.probs.sum() == pytest.approx(1.0)
     assert draws.probs[(counts == 1).all(axis=1)][0] == pytest.approx(6 / 27)  # 3!/3³
     assert draws.probs[(counts == [3, 0, 0]).all(axis=1)][0] == pytest.approx(1 / 27)
     # one fewer replicate than multisets: random draws instead, of equal probability
-    random = scaling._resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=9, resample="seeds")
+    random = intervals.resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=9, resample="seeds")
     assert len(random.probs) == 9 and np.allclose(random.probs, 1 / 9)
     assert "9 random resamples" in random.description and "all 10 multisets" in draws.description
 
@@ -245,19 +245,20 @@ def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():
 def test_weighted_quantile_keeps_ties_and_infinities_at_the_tails():
     values = np.array([1.0, 1.0, 2.0, np.inf, np.inf])
     probs = np.full(5, 0.2)
-    assert scaling._quantile(values, 0.3, probs) == 1.0  # a tie: the lower tied value
-    assert scaling._quantile(values, 0.95, probs) == np.inf  # an upper bound past the horizon stays unbounded
-    assert scaling._quantile(values, 0.0, probs) == 1.0
+    assert intervals.quantile(values, 0.3, probs) == 1.0  # a tie: the lower tied value
+    # an upper bound past the horizon stays unbounded
+    assert intervals.quantile(values, 0.95, probs) == np.inf
+    assert intervals.quantile(values, 0.0, probs) == 1.0
     # the expanded tail of 5 seeds (about 0.00095) picks the most extreme resample once its mass covers it
     tails = np.array([0.0, 1.0, 2.0])
-    assert scaling._quantile(tails, 0.00095, np.array([0.0016, 0.5, 0.4984])) == 0.0
-    assert scaling._quantile(tails, 0.00095, np.array([0.0009, 0.5, 0.4991])) == 1.0
+    assert intervals.quantile(tails, 0.00095, np.array([0.0016, 0.5, 0.4984])) == 0.0
+    assert intervals.quantile(tails, 0.00095, np.array([0.0009, 0.5, 0.4991])) == 1.0
 
 
 def test_a_point_resample_without_the_largest_budget_is_left_out_of_the_backtest_error():
     # 1 seed × 2 budgets, two point resamples: the first drew only the small budget's point
-    draws = scaling._Draws(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([0.5, 0.5]), "two")
-    result = scaling._backtest(3.0, np.array([5.0, 3.5]), np.array([3.2]), 8e6, draws, level=0.25)
+    draws = intervals.Draws(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([0.5, 0.5]), "two")
+    result = backtests.check_backtest(3.0, np.array([5.0, 3.5]), np.array([3.2]), 8e6, draws, level=0.25)
     assert result["error_low"] == result["error_high"] == pytest.approx(0.3)  # the second resample alone
     assert result["low"] == 3.5 and result["high"] == 5.0  # the prediction's interval keeps both
 
@@ -267,9 +268,9 @@ def test_weighted_quantile_is_the_inverted_cdf():
     equal = np.full(4, 0.25)
     for q in (0.1, 0.25, 0.5, 0.9):
         expected = np.quantile(values, q, axis=0, method="inverted_cdf")
-        assert np.array_equal(scaling._quantile(values, q, equal), expected)
+        assert np.array_equal(intervals.quantile(values, q, equal), expected)
     # a row of probability 0.7 is the median whatever the others say
-    assert scaling._quantile(values[:, 0], 0.5, np.array([0.1, 0.1, 0.7, 0.1])) == 2.0
+    assert intervals.quantile(values[:, 0], 0.5, np.array([0.1, 0.1, 0.7, 0.1])) == 2.0
 
 
 def test_a_curve_that_misses_its_points_says_so_first():

@@ -1,0 +1,106 @@
+"""Everything of one set of observations as strict JSON: per model size the measured changes and the fit against
+tokens, per tokens-per-parameter ratio the fit against parameters, refusals with their reasons."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tablefree import stats
+from tablefree.fileio import strict_json
+from tablefree.scaling.analysis import DEFAULT_HORIZON, analyse
+from tablefree.scaling.fits import HUBER_DELTA
+from tablefree.scaling.intervals import DEFAULT_BOOTSTRAP
+from tablefree.scaling.measured import measured_changes
+from tablefree.scaling.observations import Observation, groups_by_tokens_per_param
+from tablefree.units import human
+
+
+def scaling_report(
+    observations: Sequence[Observation],
+    pairs: Sequence[tuple[str, str]] | None = None,
+    predict_at: Sequence[float] = (),
+    horizon: float = DEFAULT_HORIZON,
+    params_horizon: float = DEFAULT_HORIZON,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = stats.DEFAULT_SEED,
+    confidence: float = 0.95,
+) -> dict:
+    """Everything, as strict-JSON-ready data: per model size the fit against tokens (``analyse``), and where
+    the runs have several sizes, per tokens-per-parameter ratio the fit against parameters; a design too short
+    for a fit is recorded with the reason (``refused``) instead. ``predict_at`` are token budgets to predict
+    the gaps at (the largest budget run always is one). Per model size, ``measured`` holds how each pair's
+    measured gap moved between consecutive budgets (``measured_changes``: no fit, also where the fit is
+    refused). ``sentences`` collects those, then every fit's sentences and refusals."""
+    kwargs = {"pairs": pairs, "n_boot": n_boot, "seed": seed, "confidence": confidence}
+    sizes = sorted({o.params for o in observations}, key=lambda p: (p is not None, p or 0.0))
+    by_tokens = []
+    sentences = []
+    for size in sizes:
+        group = [o for o in observations if o.params == size]
+        label = f"{human(size)} parameters: " if len(sizes) > 1 and size is not None else ""
+        present = {o.interface for o in group}
+        here = None if pairs is None else [p for p in pairs if set(p) <= present]
+        measured = measured_changes(group, pairs=here, confidence=confidence)
+        measured["sentences"] = [label + s for s in measured["sentences"]]
+        sentences.extend(measured["sentences"])
+        entry = _try(
+            label,
+            sentences,
+            lambda group=group: analyse(
+                group, x_name="tokens", predict_at=predict_at, horizon=horizon, **kwargs
+            ),
+            "fit against tokens",
+        )
+        by_tokens.append({"params": size, **entry, "measured": measured})
+    by_params = []
+    params_reason = None
+    if len(sizes) < 2 or None in sizes:
+        params_reason = (
+            "the runs have one model size" if len(sizes) < 2 else "some runs give no parameter count"
+        )
+    else:
+        for ratio, group in groups_by_tokens_per_param(observations):
+            label = f"{stats.fmt(ratio)} tokens per parameter: "
+            entry = _try(
+                label,
+                sentences,
+                lambda group=group: analyse(group, x_name="params", horizon=params_horizon, **kwargs),
+                "fit against parameters",
+            )
+            by_params.append({"tokens_per_param": ratio, **entry})
+    return strict_json(
+        {
+            "method": (
+                f"L = E + B·x^(−β) per interface, Huber (δ = {HUBER_DELTA:g}) on log loss, L-BFGS from a grid "
+                f"of starts; {100 * confidence:g}% expanded percentile intervals over resamples of seeds (the same "
+                f"draw for every interface: every multiset with its probability where there are at most {n_boot}, "
+                f"else {n_boot} random draws, RNG seed {seed}); each fit checked against its points; backtest "
+                "without the largest budget"
+            ),
+            # what this call was given besides the observations: `scaling_report(observations, **arguments)`
+            # recomputes the whole report from its shipped observations, bit for bit
+            "arguments": {
+                "pairs": None if pairs is None else [list(pair) for pair in pairs],
+                "predict_at": [float(x) for x in predict_at],
+                "horizon": float(horizon),
+                "params_horizon": float(params_horizon),
+                "n_boot": n_boot,
+                "seed": seed,
+                "confidence": confidence,
+            },
+            "tokens": by_tokens,
+            "params": by_params,
+            "params_reason": params_reason,
+            "sentences": sentences,
+        }
+    )
+
+
+def _try(label: str, sentences: list[str], fit, what: str) -> dict:
+    try:
+        result = fit()
+    except ValueError as error:
+        sentences.append(f"{label}{'n' if label else 'N'}o {what}: {error}.")
+        return {"refused": str(error)}
+    sentences.extend(label + s for s in result["sentences"])
+    return {"refused": None, **result}
