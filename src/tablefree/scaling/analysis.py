@@ -23,8 +23,9 @@ import numpy as np
 
 from tablefree import stats
 from tablefree.fileio import strict_json
-from tablefree.scaling.backtests import check_backtest
+from tablefree.scaling.backtests import check_backtest, expanding_backtests
 from tablefree.scaling.fits import log_curve
+from tablefree.scaling.forms import FORMS, OFFSET_POWER_LAW
 from tablefree.scaling.intervals import (
     DEFAULT_BOOTSTRAP,
     Draws,
@@ -37,7 +38,7 @@ from tablefree.scaling.intervals import (
     tail_probability,
 )
 from tablefree.scaling.observations import EXACT, Observation, check_design
-from tablefree.scaling.sentences import adequacy_sentences, pair_sentences
+from tablefree.scaling.sentences import adequacy_sentences, backtest_sentences, pair_sentences
 from tablefree.units import human
 
 DEFAULT_HORIZON = 1e12
@@ -94,7 +95,13 @@ def analyse(
         at = np.exp(log_curve(rows, np.log(requested)))
         out_interfaces[name] = {
             "fit": fit_dict(theta, boot, level, probs),
-            "adequacy": check_adequacy(theta, design.x, design.loss[name], confidence),
+            "adequacy": check_adequacy(
+                np.exp(log_curve(theta[None], np.log(design.x)))[0],
+                math.exp(theta[0]),
+                design.x,
+                design.loss[name],
+                confidence,
+            ),
             "predictions": [
                 {"x": x, "reach": x / held_out, **interval(at[1:, i], at[0, i], level, probs)}
                 for i, x in enumerate(requested)
@@ -139,16 +146,18 @@ def analyse(
     return strict_json(result)
 
 
-def check_adequacy(theta: np.ndarray, x: np.ndarray, loss: np.ndarray, confidence: float) -> dict:
+def check_adequacy(
+    fitted: np.ndarray, floor: float, x: np.ndarray, loss: np.ndarray, confidence: float
+) -> dict:
     """Does the fitted curve pass through the points it was fitted to? Per budget, the full fit's miss of the
     mean loss over seeds in units of that mean's seed standard error; the curve describes the points when
     every miss is within the two-sided t limit at ``confidence``, Bonferroni over the budgets. Also whether the
-    floor E went to 0 (the fit is then a pure power law). The check is lenient by design: the standard error
+    floor E went to 0 (the fit is then a pure power law). ``fitted``: the fit's values at the budgets ``x``;
+    ``floor``: its E. The check is lenient by design: the standard error
     keeps the seeds' shared offsets (which a curve followed by the median seed does not remove), and with 3
     seeds the limit is 9.9×; it catches a curve of the wrong shape, not a small misfit. (Judging the misses
     against each seed's shape alone flagged one in five true power laws of the simulation.)"""
     n_seeds = loss.shape[0]
-    fitted = np.exp(log_curve(theta[None], np.log(x)))[0]
     mean = loss.mean(axis=0)
     error = np.maximum(loss.std(axis=0, ddof=1) / math.sqrt(n_seeds), 1e-12)
     miss = fitted - mean
@@ -163,7 +172,7 @@ def check_adequacy(theta: np.ndarray, x: np.ndarray, loss: np.ndarray, confidenc
         "worst_miss": float(miss[worst]),
         "worst_ratio": float(ratio[worst]),
         "describes_points": bool((ratio <= limit).all()),
-        "floor_at_zero": bool(math.exp(theta[0]) < 1e-3 * float(mean.min())),
+        "floor_at_zero": bool(floor < 1e-3 * float(mean.min())),
     }
 
 
@@ -264,4 +273,90 @@ def _parity(
         "reason": None
         if math.isfinite(q_high)
         else f"over {100 * (1 - share):.0f}% of resamples do not cross before {human(horizon)}",
+    }
+
+
+def form_checks(
+    observations: Sequence[Observation],
+    pairs: Sequence[tuple[str, str]] | None = None,
+    predict_at: Sequence[float] = (),
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = stats.DEFAULT_SEED,
+    confidence: float = 0.95,
+) -> dict:
+    """Beside ``analyse`` (observations against tokens, the same seed resamples): the expanding-window
+    backtests of both functional forms (``backtests.expanding_backtests``), which need one budget more than the
+    form has parameters and 3 seeds; and, where the design allows a fit (``check_design``: 5 budgets over 16×),
+    the second form fitted to every budget with its check against its points and its predictions, else its
+    refusal. Raises ValueError when even the backtests cannot run."""
+    smallest = min(len(f.parameters) for f in FORMS) + 1
+    design = check_design(observations, "tokens", min_budgets=smallest, min_span=1.0, what_for="a backtest")
+    names = list(design.loss)
+    pairs = list(itertools.combinations(names, 2)) if pairs is None else [tuple(p) for p in pairs]
+    n_seeds, n_x = design.loss[names[0]].shape
+    draws = resamples(np.random.default_rng(seed), n_seeds, n_x, n_boot, "seeds")
+    level = tail_probability(confidence, n_seeds)
+    backtests = [
+        {**expanding_backtests(design, f, draws, level, pairs), "confidence": confidence} for f in FORMS
+    ]
+    try:
+        check_design(observations, "tokens")
+        second = _second_form(design, pairs, predict_at, draws, level, confidence)
+        second_sentences = second["sentences"]
+    except ValueError as error:
+        second = {"form": OFFSET_POWER_LAW.name, "formula": OFFSET_POWER_LAW.formula, "refused": str(error)}
+        second_sentences = [f"No fit of the {OFFSET_POWER_LAW.name} ({OFFSET_POWER_LAW.formula}): {error}."]
+    return strict_json(
+        {
+            "second_form": second,
+            "expanding_backtests": backtests,
+            "sentences": second_sentences + [s for b in backtests for s in backtest_sentences(b)],
+        }
+    )
+
+
+def _second_form(design, pairs, predict_at, draws: Draws, level: float, confidence: float) -> dict:
+    """The offset power law fitted to every budget of the design: per interface its parameters with their
+    intervals, its check against its points and its predictions; per pair its gap at the requested budgets."""
+    form = OFFSET_POWER_LAW
+    largest = float(design.x[-1])
+    requested = np.array(sorted({float(x) for x in predict_at} | {largest}))
+    rows, interfaces = {}, {}
+    for name, loss in design.loss.items():
+        theta, boot = form.fit(design.x, loss, draws.weights)
+        rows[name] = np.vstack([theta[None], boot])
+        values = form.values(rows[name], design.x)
+        at = form.curve(rows[name], requested)
+        interfaces[name] = {
+            "fit": {k: interval(v[1:], v[0], level, draws.probs) for k, v in values.items()},
+            "adequacy": check_adequacy(
+                form.curve(theta[None], design.x)[0], float(values["E"][0]), design.x, loss, confidence
+            ),
+            "predictions": [
+                {"x": x, "reach": x / largest, **interval(at[1:, i], at[0, i], level, draws.probs)}
+                for i, x in enumerate(requested.tolist())
+            ],
+        }
+    out_pairs = []
+    for a, b in pairs:
+        gaps = form.curve(rows[a], requested) - form.curve(rows[b], requested)
+        gap_at = [
+            {"x": x, "reach": x / largest, **interval(gaps[1:, i], gaps[0, i], level, draws.probs)}
+            for i, x in enumerate(requested.tolist())
+        ]
+        out_pairs.append({"a": a, "b": b, "gap_at": gap_at})
+    return {
+        "form": form.name,
+        "formula": form.formula,
+        "refused": None,
+        "budgets": design.x.tolist(),
+        "seeds": design.seeds,
+        "interfaces": interfaces,
+        "pairs": out_pairs,
+        "describes_points": all(i["adequacy"]["describes_points"] for i in interfaces.values()),
+        "sentences": [
+            s
+            for name, i in interfaces.items()
+            for s in adequacy_sentences(name, i["adequacy"], design, form.formula)
+        ],
     }

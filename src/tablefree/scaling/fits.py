@@ -116,6 +116,11 @@ def _huber(
     return (w * loss).sum(1), grad
 
 
+def objective(theta: np.ndarray, log_x: np.ndarray, log_y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(R,) the fit's objective (Σ w·huber/δ of the log residuals) for rows of theta = (e, b, beta) at log x."""
+    return _huber(theta, log_x, log_y, weights)[0]
+
+
 def _minimise(
     theta0: np.ndarray,
     log_x: np.ndarray,

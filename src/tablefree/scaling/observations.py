@@ -92,10 +92,17 @@ class Design:
     left_out: list[str]
 
 
-def check_design(observations: Sequence[Observation], x_name: str = "tokens") -> Design:
+def check_design(
+    observations: Sequence[Observation],
+    x_name: str = "tokens",
+    min_budgets: int = MIN_BUDGETS,
+    min_span: float = MIN_SPAN,
+    what_for: str = "a fit",
+) -> Design:
     """The paired design of a set of observations that share everything but ``x_name`` (tokens, or params),
-    or a ValueError naming what is short: fewer than 5 budgets, a span under 16×, fewer than 3 seeds with a
-    run at every budget for every interface (saying which runs are missing)."""
+    or a ValueError naming what is short: fewer than ``min_budgets`` budgets (5), a span under ``min_span``
+    (16×), fewer than 3 seeds with a run at every budget for every interface (saying which runs are missing).
+    ``what_for`` names what needs them in the message (a backtest asks for fewer budgets than a fit)."""
     if x_name not in ("tokens", "params"):
         raise ValueError(f"x_name: expected 'tokens' or 'params', got {x_name!r}")
     what = "budgets" if x_name == "tokens" else "model sizes"
@@ -109,14 +116,14 @@ def check_design(observations: Sequence[Observation], x_name: str = "tokens") ->
             raise ValueError(f"{o.interface} seed {o.seed}: two runs at {x_name} {human(x)} in one fit")
         per_x[x] = o.loss
     xs = sorted({x for per_seed in values.values() for runs in per_seed.values() for x in runs})
-    if len(xs) < MIN_BUDGETS:
+    if len(xs) < min_budgets:
         raise ValueError(
-            f"a fit needs {MIN_BUDGETS} or more {what}, got {len(xs)} ({', '.join(map(human, xs))})"
+            f"{what_for} needs {min_budgets} or more {what}, got {len(xs)} ({', '.join(map(human, xs))})"
         )
     span = xs[-1] / xs[0]
-    if span < MIN_SPAN:
+    if span < min_span:
         raise ValueError(
-            f"a fit needs {what} spanning {MIN_SPAN:g}× or more, got {stats.fmt(span)}× "
+            f"{what_for} needs {what} spanning {min_span:g}× or more, got {stats.fmt(span)}× "
             f"({human(xs[0])} to {human(xs[-1])})"
         )
     all_seeds = sorted({seed for per_seed in values.values() for seed in per_seed})
@@ -134,7 +141,7 @@ def check_design(observations: Sequence[Observation], x_name: str = "tokens") ->
             complete.append(seed)
     if len(complete) < MIN_SEEDS:
         raise ValueError(
-            f"a fit needs {MIN_SEEDS} or more seeds with a run at every one of the {len(xs)} {what} for every "
+            f"{what_for} needs {MIN_SEEDS} or more seeds with a run at every one of the {len(xs)} {what} for every "
             f"interface ({', '.join(values)}), got {len(complete)}"
             + (f" ({', '.join(map(str, complete))})" if complete else "")
             + (f"; {'; '.join(missing)}" if missing else "")

@@ -7,11 +7,13 @@ from collections.abc import Sequence
 
 from tablefree import stats
 from tablefree.fileio import strict_json
-from tablefree.scaling.analysis import DEFAULT_HORIZON, analyse
+from tablefree.scaling.analysis import DEFAULT_HORIZON, analyse, form_checks
 from tablefree.scaling.fits import HUBER_DELTA
 from tablefree.scaling.intervals import DEFAULT_BOOTSTRAP
 from tablefree.scaling.measured import measured_changes
 from tablefree.scaling.observations import Observation, groups_by_tokens_per_param
+from tablefree.scaling.token_ratio import token_ratio
+from tablefree.scaling.window import PLATEAU_MARGIN, fit_window, window_sentence
 from tablefree.units import human
 
 
@@ -24,13 +26,22 @@ def scaling_report(
     n_boot: int = DEFAULT_BOOTSTRAP,
     seed: int = stats.DEFAULT_SEED,
     confidence: float = 0.95,
+    unigram: float | None = None,
+    unigram_unavailable: str | None = None,
+    plateau_margin: float = PLATEAU_MARGIN,
 ) -> dict:
     """Everything, as strict-JSON-ready data: per model size the fit against tokens (``analyse``), and where
     the runs have several sizes, per tokens-per-parameter ratio the fit against parameters; a design too short
     for a fit is recorded with the reason (``refused``) instead. ``predict_at`` are token budgets to predict
     the gaps at (the largest budget run always is one). Per model size, ``measured`` holds how each pair's
     measured gap moved between consecutive budgets (``measured_changes``: no fit, also where the fit is
-    refused). ``sentences`` collects those, then every fit's sentences and refusals."""
+    refused). ``sentences`` collects those, then every fit's sentences and refusals.
+
+    Per model size also: ``fit_window``, the budgets the fits against tokens use (``window.fit_window``: past
+    the unigram plateau, given ``unigram``, the baseline in nats/token; without it every budget, with
+    ``unigram_unavailable`` saying why); ``token_ratio`` (``token_ratio.token_ratio``, no fit, every budget);
+    and ``forms``, the second functional form and the expanding-window backtests of both forms
+    (``analysis.form_checks``) on the fit window."""
     kwargs = {"pairs": pairs, "n_boot": n_boot, "seed": seed, "confidence": confidence}
     sizes = sorted({o.params for o in observations}, key=lambda p: (p is not None, p or 0.0))
     by_tokens = []
@@ -43,15 +54,43 @@ def scaling_report(
         measured = measured_changes(group, pairs=here, confidence=confidence)
         measured["sentences"] = [label + s for s in measured["sentences"]]
         sentences.extend(measured["sentences"])
+        window = fit_window(group, unigram, plateau_margin, unigram_unavailable)
+        sentences.append(label + window_sentence(window))
+        inside = [o for o in group if o.tokens in set(window["budgets"])]
         entry = _try(
             label,
             sentences,
-            lambda group=group: analyse(
-                group, x_name="tokens", predict_at=predict_at, horizon=horizon, **kwargs
+            lambda inside=inside, window=window: analyse(
+                _window_or_refuse(inside, window),
+                x_name="tokens",
+                predict_at=predict_at,
+                horizon=horizon,
+                **kwargs,
             ),
             "fit against tokens",
         )
-        by_tokens.append({"params": size, **entry, "measured": measured})
+        forms = _try(
+            label,
+            sentences,
+            lambda inside=inside, window=window: form_checks(
+                _window_or_refuse(inside, window), predict_at=predict_at, **kwargs
+            ),
+            "second functional form or expanding-window backtest",
+        )
+        ratio = token_ratio(
+            group, confidence=confidence, past_plateau=None if window["fallback"] else window["budgets"]
+        )
+        sentences.extend(label + s for s in ratio["sentences"])
+        by_tokens.append(
+            {
+                "params": size,
+                **entry,
+                "measured": measured,
+                "fit_window": window,
+                "token_ratio": ratio,
+                "forms": forms,
+            }
+        )
     by_params = []
     params_reason = None
     if len(sizes) < 2 or None in sizes:
@@ -75,7 +114,8 @@ def scaling_report(
                 f"of starts; {100 * confidence:g}% expanded percentile intervals over resamples of seeds (the same "
                 f"draw for every interface: every multiset with its probability where there are at most {n_boot}, "
                 f"else {n_boot} random draws, RNG seed {seed}); each fit checked against its points; backtest "
-                "without the largest budget"
+                "without the largest budget; against tokens, on the budgets of the fit window, with a second form "
+                "L = E + B·(D + D0)^(−β) and expanding-window backtests of both"
             ),
             # what this call was given besides the observations: `scaling_report(observations, **arguments)`
             # recomputes the whole report from its shipped observations, bit for bit
@@ -87,6 +127,9 @@ def scaling_report(
                 "n_boot": n_boot,
                 "seed": seed,
                 "confidence": confidence,
+                "unigram": unigram,
+                "unigram_unavailable": unigram_unavailable,
+                "plateau_margin": plateau_margin,
             },
             "tokens": by_tokens,
             "params": by_params,
@@ -94,6 +137,14 @@ def scaling_report(
             "sentences": sentences,
         }
     )
+
+
+def _window_or_refuse(observations: list[Observation], window: dict) -> list[Observation]:
+    if not observations:
+        raise ValueError(
+            f"no budget is past the unigram plateau ({window['rule']}: {window['unigram_baseline']:.4f} nats/token)"
+        )
+    return observations
 
 
 def _try(label: str, sentences: list[str], fit, what: str) -> dict:

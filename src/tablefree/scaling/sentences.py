@@ -7,14 +7,16 @@ from tablefree.scaling.observations import Design
 from tablefree.units import human
 
 
-def adequacy_sentences(name: str, adequacy: dict, design: Design) -> list[str]:
+def adequacy_sentences(
+    name: str, adequacy: dict, design: Design, formula: str = "L = E + B·x^(−β)"
+) -> list[str]:
     unit = "tokens" if design.x_name == "tokens" else "parameters"
     sentences = []
     if not adequacy["describes_points"]:
         sentences.append(
             f"The fitted curve of {name} misses its mean loss at {human(adequacy['worst_at'])} {unit} by "
             f"{adequacy['worst_miss']:+.3g} nats/token, {stats.fmt(adequacy['worst_ratio'], 2)}× that mean's "
-            f"seed standard error (the limit is {stats.fmt(adequacy['limit'], 2)}×): L = E + B·x^(−β) does not "
+            f"seed standard error (the limit is {stats.fmt(adequacy['limit'], 2)}×): {formula} does not "
             "describe these points, so what the fits derive below (gaps, slopes, crossings) is not a result."
         )
     if adequacy["floor_at_zero"]:
@@ -108,3 +110,23 @@ def num(value: float) -> str:
 
 def ratio(value: float) -> str:
     return f"{stats.fmt(value, 2) if value < 100 else f'{value:,.0f}'}×"
+
+
+def backtest_sentences(result: dict) -> list[str]:
+    """One sentence per window of an expanding-window backtest, or its refusal."""
+    name = f"the {result['form']} ({result['formula']})"
+    if result["refused"]:
+        return [f"No expanding-window backtest of {name}: {result['refused']}."]
+    sentences = []
+    for window in result["windows"]:
+        checks = window["checks"]
+        worst = max(checks, key=lambda c: abs(c["error"]))
+        what = worst.get("interface") or " − ".join(worst["pair"])
+        sentences.append(
+            f"Backtest of {name} fitted on the first {window['budgets']} budgets (to "
+            f"{human(window['fitted_up_to'])} tokens): {window['passed']} of {len(checks)} predictions of the "
+            f"larger budgets (each interface's loss, each pair's gap) have an error interval that includes 0; the "
+            f"largest error, {what} at {human(worst['at'])}, is {num(worst['error'])} nats/token ({100 * result['confidence']:g}% "
+            f"expanded percentile over seed resamples [{num(worst['error_low'])}, {num(worst['error_high'])}])."
+        )
+    return sentences
