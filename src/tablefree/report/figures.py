@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tablefree.fileio import atomic_path
-from tablefree.report.comparison import VAL_LOSS, estimate_curve
+from tablefree.report.comparison import VAL_LOSS, curve_cut_short, estimate_curve
 from tablefree.rundir import Run
 
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}
@@ -115,7 +115,8 @@ def _token_axis(ax: Any, max_tokens: float) -> float:
 def _loss_curves(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any:
     import matplotlib.pyplot as plt
 
-    runs = _primary_runs(runs, report)
+    # a run whose metrics.jsonl was cut short would cut every band short: the report names it (run_accounting)
+    runs = [run for run in _primary_runs(runs, report) if curve_cut_short(run) is None]
     rows = {run.name: run.metrics_records() for run in runs}
     if not any(rows.values()):
         return None

@@ -20,8 +20,11 @@ def measured_changes(
 ) -> dict:
     """No fit: for each pair (A, B) and each step between consecutive budgets, how the measured gap A − B moved,
     paired by seed (the seeds with a run of both interfaces at both budgets), with its t interval over those
-    seeds. Every number is a difference of separate runs' final losses; the intervals are per step, not
-    adjusted for the number of steps. Observations of one model size."""
+    seeds. Every number is a difference of separate runs' final losses. The steps of all pairs form one family:
+    each step's p-value (of its seed t) is Holm-adjusted over them, and a step reads "grew", "shrank" or
+    "changed sign" only when its adjusted p-value is below 1 − ``confidence`` with 3 or more seeds; "changed
+    sign" also needs the new gap's own t interval to exclude 0 (else the gap shrank to within noise of 0). The
+    per-step interval is printed unadjusted, and the reading is Holm's. Observations of one model size."""
     table: dict[tuple[str, int], dict[float, float]] = {}
     for o in observations:
         per_budget = table.setdefault((o.interface, o.seed), {})
@@ -38,52 +41,87 @@ def measured_changes(
                 raise ValueError(f"pair ({a}, {b}): no observations of {name!r} (have {', '.join(names)})")
     budgets = sorted({o.tokens for o in observations})
     seeds = sorted({o.seed for o in observations})
-    rows, sentences = [], []
+    rows = []
     for a, b in pairs:
         for low, high in itertools.pairwise(budgets):
             paired = [s for s in seeds if all(_ran(table, a, b, s, x) for x in (low, high))]
             if not paired:
                 continue
             gap = {x: [table[(a, s)][x] - table[(b, s)][x] for s in paired] for x in (low, high)}
-            row = _measured_step(a, b, low, high, gap, confidence)
-            rows.append(row)
-            sentences.append(row["sentence"])
-    return {"confidence": confidence, "steps": rows, "sentences": sentences}
+            rows.append(_measured_step(a, b, low, high, gap, confidence))
+    for row, adjusted in zip(rows, stats.holm([r["p_value"] for r in rows]), strict=True):
+        row["adjusted_p"] = adjusted
+        row["family"] = len(rows)
+        row["reading"] = _reading(row, adjusted, 1 - confidence)
+        row["sentence"] = _step_sentence(row, confidence)
+    return {
+        "confidence": confidence,
+        "interval": f"{100 * confidence:g}% t interval over seeds, per step",
+        "correction": f"Holm over the {len(rows)} steps of this table, every pair and step",
+        "steps": rows,
+        "sentences": [row["sentence"] for row in rows],
+    }
 
 
 def _measured_step(a: str, b: str, low: float, high: float, gap: dict, confidence: float) -> dict:
-    """The change of the per-seed gaps from budget ``low`` to ``high``, paired by seed (``stats``' seed t)."""
+    """The change of the per-seed gaps from budget ``low`` to ``high``, paired by seed (``stats``' seed t), and
+    the gap at ``high`` with its own seed t interval."""
     n = len(gap[low])
     change = stats.paired_seed_difference(gap[high], gap[low], confidence=confidence)
-    gap_low = float(np.mean(gap[low]))
-    toward = change.estimate * gap_low < 0  # the change has the opposite sign of the gap: toward 0
-    resolved = n >= MIN_SEEDS and change.low is not None and (change.low > EXACT or change.high < -EXACT)
-    if not resolved:
-        reading = "not resolved" + (f" with {n} seed{'s' if n > 1 else ''}" if n < MIN_SEEDS else "")
-    elif not toward:
-        reading = "the gap grew"
-    else:
-        reading = "the gap shrank" if abs(change.estimate) <= abs(gap_low) else "the gap changed sign"
-    level = f"{100 * confidence:g}% CI"
-    bounds = f"{level} [{num(change.low)}, {num(change.high)}], " if change.low is not None else ""
-    sentence = (
-        f"From {human(low)} to {human(high)} tokens (separate runs, paired by seed) the measured {a} − {b} gap "
-        f"moved from {num(gap_low)} by {change.estimate:+.3g} nats/token ({bounds}{n} seed{'s' if n > 1 else ''}): "
-        f"{reading}."
-    )
+    after = stats.paired_seed_difference(gap[high], [0.0] * n, confidence=confidence)
     return {
         "a": a,
         "b": b,
         "from": low,
         "to": high,
-        "gap_from": gap_low,
+        "gap_from": float(np.mean(gap[low])),
+        "gap_to": after.estimate,
+        "gap_to_low": after.low,
+        "gap_to_high": after.high,
         "change": change.estimate,
         "low": change.low,
         "high": change.high,
+        "p_value": None if change.low is None else change.p_value,
         "seeds": n,
-        "reading": reading,
-        "sentence": sentence,
     }
+
+
+def _reading(row: dict, adjusted: float | None, alpha: float) -> str:
+    n = row["seeds"]
+    resolved = (
+        n >= MIN_SEEDS
+        and adjusted is not None
+        and adjusted < alpha
+        and (row["low"] > EXACT or row["high"] < -EXACT)
+    )
+    if not resolved:
+        return "not resolved" + (f" with {n} seed{'s' if n > 1 else ''}" if n < MIN_SEEDS else "")
+    if row["change"] * row["gap_from"] >= 0:  # the change has the sign of the gap: away from 0
+        return "the gap grew"
+    if abs(row["change"]) <= abs(row["gap_from"]):
+        return "the gap shrank"
+    flipped = row["gap_to_low"] is not None and (row["gap_to_low"] > 0 or row["gap_to_high"] < 0)
+    return (
+        "the gap changed sign"
+        if flipped
+        else "the gap shrank to within noise of 0 (its new sign not resolved)"
+    )
+
+
+def _step_sentence(row: dict, confidence: float) -> str:
+    n = row["seeds"]
+    level = f"{100 * confidence:g}% t interval over seeds"
+    bounds = f"{level} [{num(row['low'])}, {num(row['high'])}], " if row["low"] is not None else ""
+    holm = (
+        f"Holm-adjusted p {stats.fmt_p(row['adjusted_p'])} of {row['family']}, "
+        if row["adjusted_p"] is not None
+        else ""
+    )
+    return (
+        f"From {human(row['from'])} to {human(row['to'])} tokens (separate runs, paired by seed) the measured "
+        f"{row['a']} − {row['b']} gap moved from {num(row['gap_from'])} by {row['change']:+.3g} nats/token "
+        f"({bounds}{holm}{n} seed{'s' if n > 1 else ''}): {row['reading']}."
+    )
 
 
 def _ran(table: dict, a: str, b: str, seed: int, x: float) -> bool:
