@@ -254,7 +254,8 @@ def _statistics(report: dict[str, Any]) -> str:
         "range from the uncertainty of the estimated standard error; only the interval rules differences out. "
         "Method details: docs/experiments.md.",
         "",
-        "| metric | A − B | difference | 95% CI | seeds | documents/examples | p (Holm) | 80% power at (range) "
+        "| metric | A − B | difference | 95% CI (the wider of seed t and seed-and-document t) | seeds | "
+        "documents/examples | p (Holm over the pairs) | 80% power at (range) "
         "| conclusion |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
@@ -308,7 +309,7 @@ def _gap(report: dict[str, Any]) -> str:
         "moves toward 0 is shrinking. A trend is read only from at least 5 evaluation points spanning at least "
         "one doubling of tokens; with fewer the row says why it is absent.",
         "",
-        "| pair | seeds | gap at the end | slope per doubling (last doubling) | 95% CI | reading |",
+        "| pair | seeds | gap at the end | slope per doubling (last doubling) | 95% t interval over seeds | reading |",
         "|---|---:|---:|---:|---|---|",
     ]
     for g in gaps:
@@ -340,7 +341,7 @@ def _grid(report: dict[str, Any]) -> str:
         f"Per grid point: mean {EVALUATION_NAME} per interface (tokens, trainable parameters), and each pair's "
         "paired gap with its 95% interval (figure `scaling.png`).",
         "",
-        "| point | " + " | ".join(interfaces) + " | gaps |",
+        "| point | " + " | ".join(interfaces) + " | gaps (95% CI as in Statistics, Holm over the pairs) |",
         "|---|" + "---|" * len(interfaces) + "---|",
     ]
     for row in rows:

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tablefree import stats
-from tablefree.scaling.observations import MIN_SEEDS, Observation
+from tablefree.scaling.observations import EXACT, MIN_SEEDS, Observation
 from tablefree.units import human
 
 REFERENCE = "learned"
@@ -103,8 +103,8 @@ def _needed(curve: dict[float, float], target: float, budget: float) -> tuple[st
     first = next((i for i, y in enumerate(ys) if y <= target), None)
     if first is None:
         return "above", xs[-1] / budget
-    if first == 0:
-        return "below", xs[0] / budget
+    if first == 0:  # reached at the smallest budget: exactly there, or somewhere below it
+        return ("exact" if ys[0] >= target - EXACT else "below"), xs[0] / budget
     low, high = ys[first - 1], ys[first]
     share = (low - target) / (low - high)
     log_d = math.log(xs[first - 1]) + share * (math.log(xs[first]) - math.log(xs[first - 1]))
@@ -172,7 +172,8 @@ def _steps(values: dict[float, dict[int, tuple[str, float]]], confidence: float)
     adjusted = stats.holm([r["p_value"] for r in rows])
     for row, p in zip(rows, adjusted, strict=True):
         row["adjusted_p"] = p
-        row["reading"] = _reading(row["change"], p is not None and p < 1 - confidence, row["seeds"])
+        resolved = p is not None and p < 1 - confidence and (row["low"] > EXACT or row["high"] < -EXACT)
+        row["reading"] = _reading(row["change"], resolved, row["seeds"])
     return rows
 
 
@@ -186,7 +187,7 @@ def _trend(values: dict[float, dict[int, tuple[str, float]]], confidence: float)
     logs = np.array([[math.log(values[b][s][1]) for b in budgets] for s in seeds])
     fit = stats.slope_against_log(budgets, logs, confidence=confidence)
     per_doubling = {k: fit[k] * math.log(2) for k in ("slope", "low", "high")}
-    resolved = per_doubling["low"] > 0 or per_doubling["high"] < 0
+    resolved = per_doubling["low"] > EXACT or per_doubling["high"] < -EXACT  # beyond rounding
     return {
         "from": budgets[0],
         "to": budgets[-1],
