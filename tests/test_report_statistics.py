@@ -223,7 +223,7 @@ def test_gap_figure_gives_each_budget_its_colour_legend_entry_and_band() -> None
 
 def test_predict_at_is_answered_with_the_fit_or_its_refusal() -> None:
     """#35: `report --predict-at 17B,100B` on a sweep whose fit is refused printed nothing about the request."""
-    from tablefree.report.markdown import predict_at_answer
+    from tablefree.report.scaling_markdown import predict_at_answer
     from tablefree.scaling import Observation, scaling_report
 
     rows = [

@@ -194,10 +194,10 @@ def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
     assert report["params"] and all("5 or more model sizes" in g["refused"] for g in report["params"])
     assert any(s.startswith("1M parameters: At 8M tokens") for s in report["sentences"])
     # each size's measured changes carry the size, and the report lists each sentence once
-    from tablefree.report.markdown import _fitted_curves
+    from tablefree.report.scaling_markdown import fitted_curves_section
 
     entry = {"points": [], "schedule": {}, "branching": {"points": {}, "saving": 0}, "fits": report}
-    text = _fitted_curves({"statistics": {"fitted_curves": [entry]}})
+    text = fitted_curves_section({"statistics": {"fitted_curves": [entry]}})
     first = "- 1M parameters: From 500k to 1M tokens (separate runs, paired by seed)"
     assert text.count(first) == 0  # the measured steps are a table per size, not bullets
     assert text.count("**Measured across separate runs, no fit (1M parameters)**") == 1

@@ -194,7 +194,7 @@ def compare_command(args: argparse.Namespace) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     from tablefree.report import build_report
-    from tablefree.report.markdown import predict_at_answer
+    from tablefree.report.scaling_markdown import predict_at_answer
 
     report = build_report(args.sweep_dir, n_boot=args.bootstrap, predict_at=args.predict_at)
     print_verdict(report, args.sweep_dir)
