@@ -424,7 +424,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
             f"Each pair's validation-loss gap at the best shared rate ({shared:g}, lowest mean over the "
             "interfaces) and with each interface at its own chosen rate (Holm over the pairs within each column):",
             "",
-            "| pair | at the shared rate | at each interface's own rate |",
+            "| pair | at the shared rate (95% CI as in Statistics) | at each interface's own rate (the same) |",
             "|---|---|---|",
         ]
         own = {(c["a"], c["b"]): c for c in check["comparisons"]["own"]}
