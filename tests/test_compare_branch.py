@@ -430,14 +430,15 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     assert (branching["points"]["250000"]["branched"], branching["points"]["250000"]["runs"]) == (4, 6)
     assert branching["points"]["4000000"]["branched_from"] is None
     from tablefree.report.data import run_row
-    from tablefree.report.markdown import _fitted_curves, _runs
+    from tablefree.report.markdown import _runs
+    from tablefree.report.scaling_markdown import fitted_curves_section
 
     rows = [run_row(run) for run in runs]
     assert {r["branched_at_step"] for r in rows if r["point"] == "2000000"} == {1600}
     listing = _runs({"runs": rows})
     assert "| 2000000/learned-s1 (branch, step 1600) | done |" in listing
     assert "include the trunk's training up to that step" in listing
-    table = _fitted_curves({"statistics": {"fitted_curves": [entry]}})
+    table = fitted_curves_section({"statistics": {"fitted_curves": [entry]}})
     assert "| 250000 | 250k | 250 | 4 of 6 runs branched from the 4000000 run at step 200" in table
     assert "; 2 from scratch |" in table
     # trained: the trunk, plus each branch's tokens after its branch step (budget // 1250 steps of 1,000),

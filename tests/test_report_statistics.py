@@ -150,3 +150,92 @@ def test_no_trend_from_two_points(tmp_path: Path) -> None:
     assert five[0]["trend"] is None  # 8k, 12k, 16k, 20k: four points in the last doubling
     eight = comparison.gap_curves(find_runs(_sweep(tmp_path / "eight", points=10)), ["learned", "canonical"])
     assert eight[0]["trend"]["points"] == 6 and eight[0]["trend"]["from_tokens"] == 4096 * 5
+
+
+def test_the_report_names_a_run_without_summary_and_a_curve_cut_short(tmp_path: Path) -> None:
+    """#35: a deleted summary.json must not leave "3 of 3 finished" standing alone while the run drops out of the
+    budget fits, and a truncated metrics.jsonl must be named and left out of the in-training curves instead of
+    cutting every pair's curve short."""
+    from tablefree.report import comparison
+    from tablefree.rundir import find_runs
+
+    sweep = _sweep(tmp_path / "sweep", points=8)
+    for run in (sweep / "runs").iterdir():  # a finished run's summary records its last step
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "step": 32}))
+    (sweep / "runs" / "canonical-s2" / "summary.json").unlink()
+    cut = sweep / "runs" / "affine-s1" / "metrics.jsonl"
+    cut.write_text("\n".join(cut.read_text().splitlines()[:3]) + "\n")
+    runs = find_runs(sweep)
+    accounting = comparison.run_accounting(runs)
+    assert accounting["finished"] == 9
+    named = {row["run"]: row for row in accounting["left_out"]}
+    assert set(named) == {"canonical-s2", "affine-s1"}
+    assert "summary.json is missing" in named["canonical-s2"]["reason"]
+    assert named["affine-s1"]["reason"] == "metrics.jsonl ends at step 12 of 32 (cut short)"
+    gaps = {(g["a"], g["b"]): g for g in comparison.gap_curves(runs, ["learned", "canonical", "affine"])}
+    assert gaps[("learned", "affine")]["seeds"] == 2 and len(gaps[("learned", "affine")]["curve"]) == 8
+    build_report(sweep, n_boot=100)
+    markdown = (sweep / "report.md").read_text()
+    assert "**Used in every part: 7 of the 9 finished runs.**" in markdown
+    assert (
+        "- affine-s1: metrics.jsonl ends at step 12 of 32 (cut short); left out of the in-training"
+        in markdown
+    )
+
+
+def test_gap_figure_gives_each_budget_its_colour_legend_entry_and_band() -> None:
+    """#35: four budgets were drawn in one colour with four identical legend entries, and the promised band was
+    drawn for none of them."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.collections import PolyCollection
+
+    from tablefree.report import figures
+
+    def curve(n: int, offset: float) -> list[dict]:
+        return [
+            {
+                "tokens": 1000.0 * (i + 1),
+                "estimate": offset - 0.01 * i,
+                "low": offset - 0.1,
+                "high": offset + 0.1,
+            }
+            for i in range(n)
+        ]
+
+    points = ["1M", "2M", "4M", "8M"]
+    gaps = [
+        {"point": p, "a": "learned", "b": "canonical", "seeds": 3, "curve": curve(3, -0.1 * k), "trend": None}
+        for k, p in enumerate(points)
+    ]
+    report = {"statistics": {"gap": gaps}}
+    figure = figures._gap([], report, figures.interface_colors(["learned", "canonical"]))
+    (ax,) = [a for a in figure.axes if a.get_visible()]
+    lines = [line for line in ax.get_lines() if line.get_label() in {f"{p} (3 seeds)" for p in points}]
+    assert len(lines) == 4 and len({line.get_color() for line in lines}) == 4
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == len(set(labels)) == 4
+    assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 4
+    assert "band: 95% t interval over seeds" in ax.get_title()
+
+
+def test_predict_at_is_answered_with_the_fit_or_its_refusal() -> None:
+    """#35: `report --predict-at 17B,100B` on a sweep whose fit is refused printed nothing about the request."""
+    from tablefree.report.scaling_markdown import predict_at_answer
+    from tablefree.scaling import Observation, scaling_report
+
+    rows = [
+        Observation(name, s, float(d), 5.0 + 0.3 * (name == "canonical") - 0.1 * i + 0.01 * s)
+        for name in ("learned", "canonical")
+        for s in range(3)
+        for i, d in enumerate([1e6, 2e6, 4e6])
+    ]
+    fits = scaling_report(rows, predict_at=[17e9, 100e9], n_boot=20)
+    report = {"statistics": {"fitted_curves": [{"fits": fits}]}}
+    (line,) = predict_at_answer(report, [17e9, 100e9])
+    assert line.startswith("Predictions at 17B, 100B tokens: none, the fit is refused: a fit needs 5 or more")
+    (none,) = predict_at_answer({"statistics": {"fitted_curves": []}}, [17e9])
+    assert "this sweep has no budget grid" in none
+    assert predict_at_answer(report, None) == []

@@ -9,8 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from tablefree import scaling
-from tablefree.scaling import Observation
+from tablefree import scaling, stats
+from tablefree.scaling import Observation, backtests, fits, intervals
+from tablefree.units import human
 
 BUDGETS = np.geomspace(5e5, 8e6, 5)  # 16×, five budgets: the smallest design the fits accept
 CROSS = 16e6
@@ -65,7 +66,7 @@ def test_fit_matches_scipy_lbfgsb_from_the_same_best_start():
     w = np.ones((1, x.size))
 
     def objective(theta):
-        f, g = scaling._huber(theta[None], log_x - log_x.mean(), log_y, w)
+        f, g = fits._huber(theta[None], log_x - log_x.mean(), log_y, w)
         return f[0], g[0]
 
     best = np.array([np.log(ours.E), np.log(ours.B) - ours.beta * log_x.mean(), ours.beta])
@@ -83,7 +84,7 @@ def test_huber_fit_shrugs_off_one_outlier_that_least_squares_follows(monkeypatch
     y[3] += 0.4  # one diverged run
     huber = scaling.fit_power_law(x, y)
     assert (huber.E, huber.B, huber.beta) == pytest.approx(LEARNED, rel=0.02)
-    monkeypatch.setattr(scaling, "HUBER_DELTA", 10.0)  # every residual inside δ: plain least squares
+    monkeypatch.setattr(fits, "HUBER_DELTA", 10.0)  # every residual inside δ: plain least squares
     squares = scaling.fit_power_law(x, y)
     truth = curve("learned", 1e9)
     assert abs(huber.predict(1e9) - truth) < 0.01
@@ -193,12 +194,14 @@ def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
     assert report["params"] and all("5 or more model sizes" in g["refused"] for g in report["params"])
     assert any(s.startswith("1M parameters: At 8M tokens") for s in report["sentences"])
     # each size's measured changes carry the size, and the report lists each sentence once
-    from tablefree.report.markdown import _fitted_curves
+    from tablefree.report.scaling_markdown import fitted_curves_section
 
     entry = {"points": [], "schedule": {}, "branching": {"points": {}, "saving": 0}, "fits": report}
-    text = _fitted_curves({"statistics": {"fitted_curves": [entry]}})
+    text = fitted_curves_section({"statistics": {"fitted_curves": [entry]}})
     first = "- 1M parameters: From 500k to 1M tokens (separate runs, paired by seed)"
-    assert text.count(first) == 1 and text.count("- 2M parameters: From 500k to 1M tokens") == 1
+    assert text.count(first) == 0  # the measured steps are a table per size, not bullets
+    assert text.count("**Measured across separate runs, no fit (1M parameters)**") == 1
+    assert text.count("**Measured across separate runs, no fit (2M parameters)**") == 1
     assert "\n- From 500k" not in text  # never without the size it belongs to
     json.dumps(report, allow_nan=False)
 
@@ -230,14 +233,14 @@ def test_size_fit_over_parameters_at_fixed_tokens_per_parameter():
 
 
 def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():
-    draws = scaling._resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=10, resample="seeds")
+    draws = intervals.resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=10, resample="seeds")
     counts = draws.weights[:, ::2]
     assert len(counts) == 10 and len({tuple(c) for c in counts}) == 10 and (counts.sum(axis=1) == 3).all()
     assert draws.probs.sum() == pytest.approx(1.0)
     assert draws.probs[(counts == 1).all(axis=1)][0] == pytest.approx(6 / 27)  # 3!/3³
     assert draws.probs[(counts == [3, 0, 0]).all(axis=1)][0] == pytest.approx(1 / 27)
     # one fewer replicate than multisets: random draws instead, of equal probability
-    random = scaling._resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=9, resample="seeds")
+    random = intervals.resamples(np.random.default_rng(0), n_seeds=3, n_x=2, n_boot=9, resample="seeds")
     assert len(random.probs) == 9 and np.allclose(random.probs, 1 / 9)
     assert "9 random resamples" in random.description and "all 10 multisets" in draws.description
 
@@ -245,19 +248,20 @@ def test_few_seeds_are_resampled_exactly_every_multiset_with_its_probability():
 def test_weighted_quantile_keeps_ties_and_infinities_at_the_tails():
     values = np.array([1.0, 1.0, 2.0, np.inf, np.inf])
     probs = np.full(5, 0.2)
-    assert scaling._quantile(values, 0.3, probs) == 1.0  # a tie: the lower tied value
-    assert scaling._quantile(values, 0.95, probs) == np.inf  # an upper bound past the horizon stays unbounded
-    assert scaling._quantile(values, 0.0, probs) == 1.0
+    assert intervals.quantile(values, 0.3, probs) == 1.0  # a tie: the lower tied value
+    # an upper bound past the horizon stays unbounded
+    assert intervals.quantile(values, 0.95, probs) == np.inf
+    assert intervals.quantile(values, 0.0, probs) == 1.0
     # the expanded tail of 5 seeds (about 0.00095) picks the most extreme resample once its mass covers it
     tails = np.array([0.0, 1.0, 2.0])
-    assert scaling._quantile(tails, 0.00095, np.array([0.0016, 0.5, 0.4984])) == 0.0
-    assert scaling._quantile(tails, 0.00095, np.array([0.0009, 0.5, 0.4991])) == 1.0
+    assert intervals.quantile(tails, 0.00095, np.array([0.0016, 0.5, 0.4984])) == 0.0
+    assert intervals.quantile(tails, 0.00095, np.array([0.0009, 0.5, 0.4991])) == 1.0
 
 
 def test_a_point_resample_without_the_largest_budget_is_left_out_of_the_backtest_error():
     # 1 seed × 2 budgets, two point resamples: the first drew only the small budget's point
-    draws = scaling._Draws(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([0.5, 0.5]), "two")
-    result = scaling._backtest(3.0, np.array([5.0, 3.5]), np.array([3.2]), 8e6, draws, level=0.25)
+    draws = intervals.Draws(np.array([[2.0, 0.0], [1.0, 1.0]]), np.array([0.5, 0.5]), "two")
+    result = backtests.check_backtest(3.0, np.array([5.0, 3.5]), np.array([3.2]), 8e6, draws, level=0.25)
     assert result["error_low"] == result["error_high"] == pytest.approx(0.3)  # the second resample alone
     assert result["low"] == 3.5 and result["high"] == 5.0  # the prediction's interval keeps both
 
@@ -267,9 +271,9 @@ def test_weighted_quantile_is_the_inverted_cdf():
     equal = np.full(4, 0.25)
     for q in (0.1, 0.25, 0.5, 0.9):
         expected = np.quantile(values, q, axis=0, method="inverted_cdf")
-        assert np.array_equal(scaling._quantile(values, q, equal), expected)
+        assert np.array_equal(intervals.quantile(values, q, equal), expected)
     # a row of probability 0.7 is the median whatever the others say
-    assert scaling._quantile(values[:, 0], 0.5, np.array([0.1, 0.1, 0.7, 0.1])) == 2.0
+    assert intervals.quantile(values[:, 0], 0.5, np.array([0.1, 0.1, 0.7, 0.1])) == 2.0
 
 
 def test_a_curve_that_misses_its_points_says_so_first():
@@ -379,3 +383,148 @@ def test_figures_draw_the_loss_and_the_gap_of_every_fit(tmp_path):
     for f in figures:
         data = (tmp_path / f["path"].removeprefix("figures/")).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The token ratio, the fit window, the second form, expanding-window backtests, Holm over the measured steps
+
+
+def _shifted_study(shift: float, budgets, seeds: int = 4) -> list[Observation]:
+    """A learned curve linear in log D (so the interpolation is exact) and a fixed code that needs ``shift``×
+    the tokens for the same loss: its loss at D is the learned loss at D/shift. Each seed shifts both by its own
+    offset (a seed's runs share the initialisation)."""
+    rows = []
+    for s in range(seeds):
+        offset = 0.02 * s
+        for d in budgets:
+            rows.append(Observation("learned", s, float(d), 9.0 - 0.3 * np.log(d) + offset))
+            rows.append(Observation("canonical", s, float(d), 9.0 - 0.3 * np.log(d / shift) + offset))
+    return rows
+
+
+def test_token_ratio_of_a_curve_shifted_by_two_is_a_half_at_every_budget():
+    from tablefree.scaling.token_ratio import token_ratio
+
+    budgets = [1e6, 1.5e6, 2e6, 3e6, 4e6, 8e6]
+    result = token_ratio(_shifted_study(2.0, budgets))
+    (code,) = result["codes"]
+    rows = {row["tokens"]: row for row in code["budgets"]}
+    # below 2M, half the budget is below the learned curve's smallest budget: a bound, not an extrapolation
+    assert rows[1e6]["estimate"] is None and rows[1e6]["bound"] == "<" and rows[1e6]["bound_value"] == 1.0
+    assert rows[1.5e6]["bound"] == "<" and rows[1.5e6]["bound_value"] == pytest.approx(1 / 1.5)
+    for d in (2e6, 3e6, 4e6, 8e6):
+        assert rows[d]["estimate"] == pytest.approx(0.5, rel=1e-12)
+        assert rows[d]["worth"] == pytest.approx(2.0, rel=1e-12)
+        assert rows[d]["low"] == pytest.approx(0.5, rel=1e-9) and rows[d]["seeds"] == 4
+    for step in code["steps"]:
+        if step["change"] is not None:
+            assert step["factor"] == pytest.approx(1.0, abs=1e-9) and step["reading"] == "not resolved"
+    assert code["trend"]["factor"] == pytest.approx(1.0, abs=1e-9)
+    # the fixed code better than the learned model everywhere: ratios above its curve are lower bounds
+    better = {row["tokens"]: row for row in token_ratio(_shifted_study(0.25, budgets))["codes"][0]["budgets"]}
+    assert better[1e6]["estimate"] == pytest.approx(4.0, rel=1e-12)
+    assert (
+        better[4e6]["bound"] == ">" and better[4e6]["bound_value"] == 2.0 and better[4e6]["estimate"] is None
+    )
+    assert token_ratio([o for o in _shifted_study(2.0, budgets) if o.interface != "learned"])["refused"]
+
+
+def test_token_ratio_that_falls_with_the_budget_reads_falls():
+    """The fixed code falls further behind: it needs 2, 4, 8× the learned tokens, so the ratio halves each doubling."""
+    from tablefree.scaling.token_ratio import token_ratio
+
+    rows = []
+    for s in range(4):
+        for k, d in enumerate([1e6, 2e6, 4e6, 8e6, 16e6, 32e6]):
+            rows.append(Observation("learned", s, d, 9.0 - 0.3 * np.log(d) + 0.01 * s * k))
+            shift = 2.0 ** (k - 2)  # at 4M the learned loss of 1M, at 8M that of 1M too, ...
+            rows.append(Observation("canonical", s, d, 9.0 - 0.3 * np.log(d / shift) + 0.01 * s * k))
+    code = token_ratio(rows)["codes"][0]
+    resolved = [step for step in code["steps"] if step["reading"] == "falls"]
+    assert resolved and all(
+        step["adjusted_p"] >= step["p_value"] for step in code["steps"] if step["p_value"]
+    )
+    assert code["trend"]["reading"] == "falls" and code["trend"]["factor"] < 1
+
+
+def test_fit_window_starts_past_the_unigram_plateau_and_says_so_without_a_baseline():
+    from tablefree.scaling.window import fit_window
+
+    rows = study(None)  # learned and canonical, 5 budgets from 500k
+    level = max(o.loss for o in rows if o.tokens == BUDGETS[1]) + 0.06  # every run at BUDGETS[1] 0.06 below
+    rows.append(Observation("canonical", 9, float(BUDGETS[0]), level))  # one run still on the plateau
+    window = fit_window(rows, level)
+    assert window["start"] == BUDGETS[1] and window["budgets"] == list(BUDGETS[1:])
+    assert (
+        "canonical-s9" in window["per_budget"][0]["on_plateau"] and not window["per_budget"][1]["on_plateau"]
+    )
+    assert window["fallback"] is None and "0.05 nats/token" in window["rule"]
+    none = fit_window(rows, None, unavailable="the prepared dataset data/x could not be read")
+    assert none["budgets"] == list(BUDGETS) and "could not be read" in none["fallback"]
+    assert fit_window(rows, 0.1)["budgets"] == []  # nothing beats a baseline that low
+
+
+def test_report_fits_on_the_window_refuses_too_few_budgets_and_recomputes_from_its_arguments():
+    rows = study(np.random.default_rng(1), seeds=3)
+    level = float(np.mean([o.loss for o in rows if o.tokens == BUDGETS[0]])) + 0.01  # the smallest on it
+    report = scaling.scaling_report(rows, pairs=[("learned", "canonical")], n_boot=20, unigram=level)
+    (group,) = report["tokens"]
+    assert group["fit_window"]["budgets"] == list(BUDGETS[1:])
+    assert group["refused"] == f"a fit needs 5 or more budgets, got 4 ({', '.join(map(human, BUDGETS[1:]))})"
+    # the backtests need fewer budgets than a fit: the power law checked from 3 budgets, the offset law refused
+    forms = group["forms"]
+    assert forms["second_form"]["refused"].startswith("a fit needs 5 or more budgets")
+    power, offset = forms["expanding_backtests"]
+    assert [w["budgets"] for w in power["windows"]] == [3]
+    assert offset["refused"].startswith("the offset power law (L = E + B·(D + D0)^(−β)) needs 4 budgets")
+    again = scaling.scaling_report(rows, **report["arguments"])
+    assert json.loads(json.dumps(again)) == json.loads(json.dumps(report))
+
+
+def test_offset_power_law_follows_a_plateau_the_power_law_misses_and_its_backtests_say_so():
+    """Noiseless curves with a plateau (D0 = 2M): the offset law describes them and predicts every larger budget
+    from every window; the power law does not describe them and fails its backtests."""
+    from tablefree.scaling.analysis import form_checks
+
+    budgets = np.geomspace(5e5, 16e6, 6)
+    truth = {"learned": (2.0, 400.0, 0.4, 2e6), "canonical": (2.1, 500.0, 0.4, 2e6)}
+    rows = [
+        Observation(name, s, float(d), float(e + b * (d + d0) ** -beta + 0.004 * s))
+        for name, (e, b, beta, d0) in truth.items()
+        for s in range(4)
+        for d in budgets
+    ]
+    checks = form_checks(rows, n_boot=40)
+    second = checks["second_form"]
+    assert second["refused"] is None and second["describes_points"] is True
+    for name, (*_, d0) in truth.items():  # E trades off against D0, which is profiled on a grid
+        assert 0 < second["interfaces"][name]["fit"]["D0"]["estimate"] <= 4 * d0
+    power, offset = checks["expanding_backtests"]
+    assert [w["budgets"] for w in power["windows"]] == [3, 4, 5]
+    assert [w["budgets"] for w in offset["windows"]] == [4, 5]
+    # every remaining budget is predicted, for each interface and the pair
+    assert [len(w["checks"]) for w in offset["windows"]] == [2 * 3, 1 * 3]
+    assert power["windows"][0]["passed"] < len(power["windows"][0]["checks"])
+    offset_errors = [abs(c["error"]) for w in offset["windows"] for c in w["checks"]]
+    power_errors = [abs(c["error"]) for w in power["windows"][:2] for c in w["checks"]]
+    assert max(offset_errors) < 0.2 * max(power_errors)
+
+
+def test_measured_steps_are_holm_adjusted_and_a_sign_change_needs_a_resolved_new_gap():
+    def rows(after: list[float]) -> list[Observation]:
+        out = []
+        for s, gap_after in enumerate(after):
+            for d, gap in ((1e6, -0.1 + 0.002 * s), (2e6, gap_after)):
+                out.append(Observation("learned", s, d, 5.0 + gap))
+                out.append(Observation("canonical", s, d, 5.0))
+        return out
+
+    unresolved = scaling.measured_changes(rows([0.02, -0.01, 0.01, 0.0, 0.005]))
+    (step,) = unresolved["steps"]
+    assert step["low"] > 0 and step["adjusted_p"] == step["p_value"] and step["family"] == 1
+    assert step["reading"] == "the gap shrank to within noise of 0 (its new sign not resolved)"
+    flipped = scaling.measured_changes(rows([0.1, 0.11, 0.09, 0.1, 0.105]))["steps"][0]
+    assert flipped["reading"] == "the gap changed sign"
+    family = scaling.measured_changes(study(np.random.default_rng(6)))
+    p, adjusted = [s["p_value"] for s in family["steps"]], [s["adjusted_p"] for s in family["steps"]]
+    assert adjusted == stats.holm(p) and "Holm over the 4 steps" in family["correction"]

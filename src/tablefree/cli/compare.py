@@ -199,9 +199,12 @@ def compare_command(args: argparse.Namespace) -> str:
 
 def run_report(args: argparse.Namespace) -> int:
     from tablefree.report import build_report
+    from tablefree.report.scaling_markdown import predict_at_answer
 
     report = build_report(args.sweep_dir, n_boot=args.bootstrap, predict_at=args.predict_at)
     print_verdict(report, args.sweep_dir)
+    for line in predict_at_answer(report, args.predict_at):
+        print(f"  {line}")
     return 0
 
 

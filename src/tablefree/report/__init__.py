@@ -87,6 +87,7 @@ def assemble(
     # the last grid point (the largest budget or model) at which every interface finished a run, or the only
     # one: a point that trains some interfaces only (a per-interface rate grid) would leave the others out
     primary = next((p for p in reversed(per_point) if p["name"] in complete), per_point[-1])
+    baseline = comparison.unigram_baseline(runs)
     return {
         "name": config.get("name", sweep_dir.name),
         "sweep_dir": str(sweep_dir),  # as given: a committed report names no local absolute path
@@ -100,8 +101,9 @@ def assemble(
         "params": primary["params"],
         "validation_set": primary["validation_set"],
         "runs": [run_row(run) for run in runs],
+        "accounting": comparison.run_accounting(runs),
         "headlines": comparison.headlines(runs),
-        "baseline": comparison.unigram_baseline(runs),
+        "baseline": baseline,
         "regime": regime.regime(runs, points),
         "statistics": {
             "method": stats.__doc__,
@@ -110,7 +112,9 @@ def assemble(
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
             "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),
-            "fitted_curves": curves.fitted_curves(runs, config, interfaces, controls, n_boot, predict_at),
+            "fitted_curves": curves.fitted_curves(
+                runs, config, interfaces, controls, n_boot, predict_at, baseline
+            ),
         },
         "config": config,
         "train_config": _train_config(runs),

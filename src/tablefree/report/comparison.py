@@ -46,6 +46,51 @@ def finished(runs: Iterable[Run]) -> list[Run]:
     return [run for run in runs if run.eval is not None and run.state == "done"]
 
 
+def curve_cut_short(run: Run) -> str | None:
+    """Why the run's in-training curve (metrics.jsonl) is shorter than its training, or None: a finished run
+    logs its last step, so a last record before the step summary.json records was cut off (a truncated file)."""
+    steps = (run.summary or {}).get("step") or (run.summary or {}).get("total_steps")
+    if not steps:
+        return None
+    logged = [r["step"] for r in run.metrics_records() if isinstance(r.get("step"), int)]
+    if not logged:
+        return f"{RUN_FILES['metrics']} has no records though {RUN_FILES['summary']} records {steps} steps"
+    if max(logged) < steps:
+        return f"{RUN_FILES['metrics']} ends at step {max(logged)} of {steps} (cut short)"
+    return None
+
+
+def run_accounting(runs: list[Run]) -> dict[str, Any]:
+    """What the report used: the runs finished (status done, eval.json read), and each finished run left out of
+    a part of the analysis with the reason: no summary.json (tokens seen unknown: out of the budget fits and the
+    token ratio), an in-training curve cut short (out of the in-training curves and their gap)."""
+    done = finished(runs)
+    left_out = []
+    for run in done:
+        problems = []
+        if not run.summary:
+            problems.append(
+                {
+                    "reason": f"{RUN_FILES['summary']} is missing or unreadable: its tokens seen are unknown",
+                    "left_out_of": "the budget fits and the token ratio (its comparisons use eval.json)",
+                }
+            )
+        else:
+            cut = curve_cut_short(run)
+            if cut:
+                problems.append({"reason": cut, "left_out_of": "the in-training curves and their gap"})
+        left_out += [{"run": run.name, **problem} for problem in problems]
+    incomplete = [
+        run.name for run in runs if run.state == "done" and run.eval is None
+    ]  # status says done, no evaluation read
+    return {
+        "runs": len(runs),
+        "finished": len(done),
+        "done_without_eval": incomplete,
+        "left_out": left_out,
+    }
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Metric tables
 
@@ -350,6 +395,14 @@ def unigram_baseline(runs: list[Run]) -> dict[str, Any] | None:
     }
 
 
+def baseline_unavailable(runs: list[Run]) -> str:
+    """Why ``unigram_baseline`` gave none: no run names its dataset, or the dataset cannot be read here."""
+    data_dir = _data_dir(runs)
+    if data_dir is None:
+        return "no run's config.yaml names its dataset (data.dir), so there is no unigram baseline"
+    return f"the prepared dataset {data_dir} could not be read here, so there is no unigram baseline"
+
+
 def _data_dir(runs: list[Run]) -> Path | None:
     for run in runs:
         path = run.directory / RUN_FILES["config"]
@@ -397,7 +450,7 @@ def gap_curves(
     with its interval over seeds, and the slope of the gap against log tokens over the last doubling (``_trend``).
     Finished runs only: a run still training would cut every pair's curve to its own few first points."""
     out = []
-    runs = finished(runs)
+    runs = [run for run in finished(runs) if curve_cut_short(run) is None]  # run_accounting names the others
     curves = {run.name: estimate_curve(run) for run in runs}
     for a, b in interface_pairs(interfaces, baselines):
         pairs = [(ra, rb) for ra, rb in _trained_pairs(runs, a, b) if curves[ra.name] and curves[rb.name]]

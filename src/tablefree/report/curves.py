@@ -27,10 +27,13 @@ def fitted_curves(
     controls: list[str],
     n_boot: int,
     predict_at: list[str | int] | None = None,
+    baseline: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per group of grid points that differ only in their budget (and model size), with at least two
     budgets: the observations, the schedule, the branching and ``scaling.scaling_report``'s fits, which also
-    predict the gaps at ``predict_at`` (token budgets; None: the sweep config's ``predict_at``)."""
+    predict the gaps at ``predict_at`` (token budgets; None: the sweep config's ``predict_at``). ``baseline``
+    (``comparison.unigram_baseline``) sets where the fit window starts; without it the fits use every budget and
+    say why."""
     budgets = (config.get("predict_at") or []) if predict_at is None else predict_at
     predict = [float(x) for x in parse_token_budgets(budgets, "predict_at")]
     groups: dict[str, list[str]] = {}
@@ -48,7 +51,12 @@ def fitted_curves(
             [i for i in interfaces if any(o.interface == i for o in observations)], controls
         )
         fits = scaling.scaling_report(
-            observations, pairs=pairs, predict_at=predict, n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP)
+            observations,
+            pairs=pairs,
+            predict_at=predict,
+            n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP),
+            unigram=baseline["val_loss"] if baseline else None,
+            unigram_unavailable=None if baseline else comparison.baseline_unavailable(here),
         )
         entries.append(
             {

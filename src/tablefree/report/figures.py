@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from tablefree.fileio import atomic_path
-from tablefree.report.comparison import VAL_LOSS, estimate_curve
+from tablefree.report.comparison import VAL_LOSS, curve_cut_short, estimate_curve
 from tablefree.rundir import Run
 
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}
@@ -115,7 +115,8 @@ def _token_axis(ax: Any, max_tokens: float) -> float:
 def _loss_curves(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any:
     import matplotlib.pyplot as plt
 
-    runs = _primary_runs(runs, report)
+    # a run whose metrics.jsonl was cut short would cut every band short: the report names it (run_accounting)
+    runs = [run for run in _primary_runs(runs, report) if curve_cut_short(run) is None]
     rows = {run.name: run.metrics_records() for run in runs}
     if not any(rows.values()):
         return None
@@ -300,41 +301,67 @@ def _note(ax: Any, x: float, y: float, text: str, color: str) -> None:
 
 
 def _gap(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any:
+    """Per compared pair, the in-training gap of each grid point: one colour per point (a budget grid's points
+    are ordered by budget, light to dark), its 95% t band over seeds wherever it has two or more seeds, and
+    points without a trend reading left unjoined."""
     gaps = report["statistics"]["gap"]
     if not gaps:
         return None
     pairs = list(dict.fromkeys((g["a"], g["b"]) for g in gaps))
     figure, axes = _grid(len(pairs), width=5.2)
     max_tokens = max(p["tokens"] for g in gaps for p in g["curve"])
-    line_styles = ["-", "--", ":", "-."]
     points = list(dict.fromkeys(g["point"] for g in gaps))
     for ax, (a, b) in zip(axes, pairs, strict=True):
         scale = _token_axis(ax, max_tokens)
+        point_colors = _point_colors(points, colors[b])
+        unjoined = banded = False
         for g in (g for g in gaps if (g["a"], g["b"]) == (a, b)):
             tokens = np.array([p["tokens"] for p in g["curve"]]) / scale
             estimate = np.array([p["estimate"] for p in g["curve"]])
+            color = point_colors[g["point"]]
             # points without a trend reading (too few, or spanning less than a doubling) are drawn unjoined
-            style = line_styles[points.index(g["point"]) % len(line_styles)] if g.get("trend") else "none"
-            label = g["point"] or f"{g['seeds']} seeds"
+            unjoined |= not g.get("trend")
             ax.plot(
                 tokens,
                 estimate,
-                linestyle=style,
+                linestyle="-" if g.get("trend") else "none",
                 marker="o",
                 markersize=3 if g.get("trend") else 5,
-                color=colors[b],
-                label=label if g.get("trend") else f"{label} (too few points for a trend)",
+                color=color,
+                label=f"{g['point'] or 'gap'} ({g['seeds']} seed{'s' if g['seeds'] != 1 else ''})",
             )
-            if g.get("trend") and all(p["low"] is not None for p in g["curve"]):
+            if all(p["low"] is not None for p in g["curve"]):
+                banded = True
                 low = [p["low"] for p in g["curve"]]
                 high = [p["high"] for p in g["curve"]]
-                ax.fill_between(tokens, low, high, color=colors[b], alpha=0.2, linewidth=0)
+                if len(tokens) > 1:
+                    ax.fill_between(tokens, low, high, color=color, alpha=0.2, linewidth=0)
+                else:
+                    ax.errorbar(
+                        tokens, estimate, yerr=[estimate - low, high - estimate], fmt="none", color=color
+                    )
         ax.axhline(0.0, color="tab:red", linestyle="--", linewidth=1)
         ax.set_ylabel(f"{a} − {b} (nats per token)", fontsize=9)
-        ax.set_title(f"{a} − {b}: in-training validation estimate (band: 95% CI over seeds)", fontsize=9)
+        band = "band: 95% t interval over seeds" if banded else "no band: one seed"
+        ax.set_title(f"{a} − {b}: in-training validation estimate\n({band})", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(
+            fontsize=8, title="unjoined: too few points for a trend" if unjoined else None, title_fontsize=8
+        )
     return figure
+
+
+def _point_colors(points: list[str], single: str) -> dict[str, str]:
+    """One colour per grid point: ``single`` for a sweep of one point, else light to dark along the points."""
+    if len(points) == 1:
+        return {points[0]: single}
+    import matplotlib
+
+    from_map = matplotlib.colormaps["viridis"]
+    return {
+        point: matplotlib.colors.to_hex(from_map(0.85 * (1 - i / (len(points) - 1))))
+        for i, point in enumerate(points)
+    }
 
 
 def _scaling(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any:

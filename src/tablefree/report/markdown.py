@@ -9,11 +9,11 @@ import yaml
 
 from tablefree.evaluate.validation import format_coverage
 from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS
+from tablefree.report.scaling_markdown import EVALUATION_NAME, fitted_curves_section
 from tablefree.stats import fmt
 from tablefree.units import human
 
 ESTIMATE_NAME = "in-training validation estimate"
-EVALUATION_NAME = "validation loss (evaluation over the validation split)"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -28,7 +28,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _gap(report),
         _grid(report),
         _learning_rate(report),
-        _fitted_curves(report),
+        fitted_curves_section(report),
         _figures(report),
         _analysis(report),
         _runs(report),
@@ -62,6 +62,7 @@ def _header(report: dict[str, Any]) -> str:
         + (f"grid points: {', '.join(points)}; " if points else "")
         + f"{done} of {len(runs)} runs finished. Generated {report['created']} by `tablefree report`.",
     ]
+    lines += _accounting(report.get("accounting"))
     valset = report.get("validation_set")
     if valset:
         documents = f"{valset['documents']} documents, " if valset.get("documents") else ""
@@ -87,6 +88,25 @@ def _header(report: dict[str, Any]) -> str:
             f"\nNot finished yet: {', '.join(missing)} (re-run the same `tablefree compare` command)."
         )
     return "\n".join(lines)
+
+
+def _accounting(accounting: dict[str, Any] | None) -> list[str]:
+    """The finished runs the report did not use everywhere, each named with the reason and what it is out of."""
+    if not accounting:
+        return []
+    lines = []
+    if accounting["done_without_eval"]:
+        lines.append(
+            f"\n**Marked done but without a readable eval.json, so not used**: {', '.join(accounting['done_without_eval'])}."
+        )
+    left = accounting["left_out"]
+    if left:
+        used = accounting["finished"] - len({row["run"] for row in left})
+        lines.append(
+            f"\n**Used in every part: {used} of the {accounting['finished']} finished runs.** Left out of a part:"
+        )
+        lines += [f"- {row['run']}: {row['reason']}; left out of {row['left_out_of']}." for row in left]
+    return lines
 
 
 def _config_and_data(report: dict[str, Any]) -> str:
@@ -233,7 +253,8 @@ def _statistics(report: dict[str, Any]) -> str:
         "range from the uncertainty of the estimated standard error; only the interval rules differences out. "
         "Method details: docs/experiments.md.",
         "",
-        "| metric | A − B | difference | 95% CI | seeds | documents/examples | p (Holm) | 80% power at (range) "
+        "| metric | A − B | difference | 95% CI (the wider of seed t and seed-and-document t) | seeds | "
+        "documents/examples | p (Holm over the pairs) | 80% power at (range) "
         "| conclusion |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
     ]
@@ -287,7 +308,7 @@ def _gap(report: dict[str, Any]) -> str:
         "moves toward 0 is shrinking. A trend is read only from at least 5 evaluation points spanning at least "
         "one doubling of tokens; with fewer the row says why it is absent.",
         "",
-        "| pair | seeds | gap at the end | slope per doubling (last doubling) | 95% CI | reading |",
+        "| pair | seeds | gap at the end | slope per doubling (last doubling) | 95% t interval over seeds | reading |",
         "|---|---:|---:|---:|---|---|",
     ]
     for g in gaps:
@@ -319,7 +340,7 @@ def _grid(report: dict[str, Any]) -> str:
         f"Per grid point: mean {EVALUATION_NAME} per interface (tokens, trainable parameters), and each pair's "
         "paired gap with its 95% interval (figure `scaling.png`).",
         "",
-        "| point | " + " | ".join(interfaces) + " | gaps |",
+        "| point | " + " | ".join(interfaces) + " | gaps (95% CI as in Statistics, Holm over the pairs) |",
         "|---|" + "---|" * len(interfaces) + "---|",
     ]
     for row in rows:
@@ -338,63 +359,6 @@ def _grid(report: dict[str, Any]) -> str:
             for g in row["gaps"]
         )
         lines.append(f"| {row['point']} | " + " | ".join(cells) + f" | {gaps} |")
-    return "\n".join(lines)
-
-
-def _fitted_curves(report: dict[str, Any]) -> str:
-    entries = report["statistics"].get("fitted_curves") or []
-    if not entries:
-        return ""
-    lines = ["## Budgets as separate runs: fitted curves"]
-    for entry in entries:
-        schedule, branching = entry["schedule"] or {}, entry["branching"]
-        lines += [
-            "",
-            f"Grid points {', '.join(entry['points'])}: every number below is the final {EVALUATION_NAME} of a "
-            f"separate run with its own complete `{schedule.get('name')}` schedule (peak rate "
-            f"{schedule.get('peak_lr') or 0:g}, warmup {schedule.get('warmup_steps')} steps"
-            + (
-                f", decay over the last {100 * schedule['decay_fraction']:g}% of each budget's steps to "
-                f"{schedule.get('min_lr') or 0:g}"
-                if schedule.get("name") == "wsd"
-                else ""
-            )
-            + "), not a point inside one run's learning-rate decay.",
-            "",
-            "| budget | tokens | steps | trained as |",
-            "|---|---:|---:|---|",
-        ]
-        for point, row in branching["points"].items():
-            branched, runs = row.get("branched", 1 if row["branched_from"] else 0), row.get("runs")
-            how = (
-                f"branched from the {row['branched_from']} run at step {row['decay_from_step']}, its own decay after it"
-                if row["branched_from"]
-                else "from scratch"
-            )
-            if runs and 0 < branched < runs:
-                how = f"{branched} of {runs} runs {how}; {runs - branched} from scratch"
-            lines.append(f"| {point} | {human(row['tokens'])} | {row['steps']} | {how} |")
-        if branching["saving"] > 0:
-            lines += [
-                "",
-                f"Branching trained {human(branching['tokens_trained'])} tokens for runs that take "
-                f"{human(branching['tokens_from_scratch'])} from scratch ({100 * branching['saving']:.0f}% fewer); "
-                "a branch is bit-identical to its from-scratch run (docs/experiments.md).",
-            ]
-        fits = entry["fits"]
-        measured = [s for group in fits["tokens"] for s in (group.get("measured") or {}).get("sentences", [])]
-        if measured:
-            lines += [
-                "",
-                "**Measured across separate runs, no fit** (each step's change of the gap paired by seed, with its "
-                "t interval over the seeds; per step, not adjusted for the number of steps):",
-                "",
-            ]
-            lines += [f"- {sentence}" for sentence in measured]
-        lines += ["", f"**Fitted.** Method: {fits['method']}.", ""]
-        lines += [f"- {sentence}" for sentence in fits["sentences"] if sentence not in measured]
-        if fits.get("params_reason"):
-            lines.append(f"- No fit against parameters: {fits['params_reason']}.")
     return "\n".join(lines)
 
 
@@ -460,7 +424,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
             f"Each pair's validation-loss gap at the best shared rate ({shared:g}, lowest mean over the "
             "interfaces) and with each interface at its own chosen rate (Holm over the pairs within each column):",
             "",
-            "| pair | at the shared rate | at each interface's own rate |",
+            "| pair | at the shared rate (95% CI as in Statistics) | at each interface's own rate (the same) |",
             "|---|---|---|",
         ]
         own = {(c["a"], c["b"]): c for c in check["comparisons"]["own"]}

@@ -37,7 +37,11 @@ def draw_scaling_figures(
             continue
         points = _group_points(group, observations)
         for kind, draw, title in (
-            ("loss", loss_figure, "Validation loss, fitted curves and 95% bands"),
+            (
+                "loss",
+                loss_figure,
+                "Validation loss, fitted curves and 95% expanded percentile bands over seed resamples",
+            ),
             ("gap", gap_figure, "The fitted gap, extrapolated, with the backtest"),
         ):
             figure = draw(group, points)
@@ -60,22 +64,13 @@ def loss_figure(group: dict[str, Any], observations: Sequence[Observation]) -> A
     figure, ax = plt.subplots(figsize=(8, 5), layout="constrained")
     for name in names:
         fit = group["interfaces"][name]
-        xs = np.array(fit["curve"]["x"])
-        shown = xs <= right
-        ax.fill_between(
-            xs[shown],
-            np.array(fit["curve"]["low"])[shown],
-            np.array(fit["curve"]["high"])[shown],
-            color=colors[name],
-            alpha=0.2,
-            linewidth=0,
-        )
         f = fit["fit"]
-        ax.plot(
-            xs[shown],
-            np.array(fit["curve"]["estimate"])[shown],
-            color=colors[name],
-            label=f"{name}: E = {f['E']['estimate']:.3g}, β = {f['beta']['estimate']:.3g}",
+        _curve_with_band(
+            ax,
+            fit["curve"],
+            right,
+            colors[name],
+            f"{name}: E = {f['E']['estimate']:.3g}, β = {f['beta']['estimate']:.3g}",
         )
         runs = [o for o in observations if o.interface == name]
         ax.scatter(
@@ -100,23 +95,18 @@ def gap_figure(group: dict[str, Any], observations: Sequence[Observation]) -> An
     if not pairs:
         return None
     right = _right_edge(group)
+    level = f"{100 * group['confidence']:g}% expanded percentile"
     figure, axes = plt.subplots(
         1, len(pairs), figsize=(7 * len(pairs), 5), layout="constrained", squeeze=False
     )
     for ax, pair in zip(axes[0], pairs, strict=True):
-        xs = np.array(pair["gap_curve"]["x"])
-        shown = xs <= right
-        ax.fill_between(
-            xs[shown],
-            np.array(pair["gap_curve"]["low"])[shown],
-            np.array(pair["gap_curve"]["high"])[shown],
-            color="#1f77b4",
-            alpha=0.2,
-            linewidth=0,
-            label="95% band (seeds resampled)",
-        )
-        ax.plot(
-            xs[shown], np.array(pair["gap_curve"]["estimate"])[shown], color="#1f77b4", label="fitted gap"
+        _curve_with_band(
+            ax,
+            pair["gap_curve"],
+            right,
+            "#1f77b4",
+            "fitted gap",
+            band_label=f"{level} band (seeds resampled)",
         )
         low, high = _measured_gap_intervals(group, pair, observations)
         ax.errorbar(
@@ -154,6 +144,29 @@ def gap_figure(group: dict[str, Any], observations: Sequence[Observation]) -> An
         ax.set_title(f"{pair['a']} − {pair['b']} (below 0: {pair['a']} ahead)")
         ax.legend(fontsize=8)
     return figure
+
+
+def _curve_with_band(
+    ax: Any,
+    curve: dict[str, list[float]],
+    right: float,
+    color: str,
+    label: str,
+    band_label: str | None = None,
+) -> None:
+    """A fitted curve ({x, estimate, low, high}) up to ``right`` with its resampled band beneath it."""
+    xs = np.array(curve["x"])
+    shown = xs <= right
+    ax.fill_between(
+        xs[shown],
+        np.array(curve["low"])[shown],
+        np.array(curve["high"])[shown],
+        color=color,
+        alpha=0.2,
+        linewidth=0,
+        label=band_label,
+    )
+    ax.plot(xs[shown], np.array(curve["estimate"])[shown], color=color, label=label)
 
 
 def _right_edge(group: dict[str, Any]) -> float:
