@@ -76,3 +76,11 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     assert "Benchmarks not scored (hellaswag, piqa, lambada)" in markdown
     assert "tablefree data download-evals" in markdown
     assert next(line for line in lines if line.startswith("[")).startswith("[1] training a 512-token")
+    # fp32 in training and evaluation whatever the machine: bf16 (which `auto` picks on some CPUs) moves the headline
+    assert recipe["precision"] == "fp32"  # pinned, not `auto` resolving to fp32 on this machine
+    summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "demo").rglob("summary.json"))]
+    evaluations = [json.loads(p.read_text()) for p in sorted((tmp_path / "demo").rglob("eval.json"))]
+    assert len(summaries) == len(evaluations) == 6
+    assert {summary["precision"] for summary in summaries} == {"fp32"}
+    assert {(e["dtype"], e["dtype_reason"]) for e in evaluations} == {("fp32", "as configured")}
+    assert any("each, fp32; evaluating" in line for line in lines)

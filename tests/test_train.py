@@ -98,6 +98,39 @@ def test_run_directory_format(data_dir, tmp_path) -> None:
         train(config, run_dir)
 
 
+def test_the_loop_reads_validates_saves_and_logs_where_its_components_say(
+    monkeypatch, data_dir, tmp_path
+) -> None:
+    """The read points are exactly the steps some component needs: a validation (every 5, not at the last: the
+    end validates once), a checkpoint (every 4, and step 3 of checkpoint_steps, never pruned), a log line (every
+    4, and the last)."""
+    reads = []
+    real_read = trainer.Trainer.read_steps
+
+    def read(self):
+        reads.append([entry.step for entry in self.state.pending])
+        return real_read(self)
+
+    monkeypatch.setattr(trainer.Trainer, "read_steps", read)
+    run_dir = tmp_path / "run"
+    config = micro_config(
+        data_dir,
+        budget="10 steps",
+        log_every=4,
+        val_every=5,
+        checkpoint_every=4,
+        checkpoint_steps=[3],
+        keep_last=1,
+    )
+    train(config, run_dir)
+    assert [steps for steps in reads if steps] == [[1, 2, 3], [4], [5], [6, 7, 8], [9, 10]]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val_loss_estimate" in r] == [5, 10]  # 10: the end's
+    assert [r["step"] for r in records if "train_loss" in r] == [4, 8, 10]
+    assert [p.name for p in layout.complete_checkpoints(run_dir)] == ["step_00000003", "step_00000010"]
+    assert training.read_meta(run_dir / "checkpoints" / "step_00000003")["step"] == 3
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(monkeypatch, data_dir, tmp_path) -> None:
     calls = {"n": 0}
     real_loss = trainer.next_token_loss

@@ -46,6 +46,7 @@ class EvalSpec:
     val_limit: int | None = None  # first N validation windows of max_seq_len tokens (None: the whole split)
     batch_size: int = 32
     device: str = "auto"  # auto: cuda when available, else cpu
+    dtype: str = "auto"  # the forward pass's precision, as `tablefree eval --dtype`: auto | fp32 | bf16
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -58,6 +59,8 @@ class EvalSpec:
                 )
         if self.batch_size < 1:
             raise ValueError(f"eval.batch_size: expected a positive integer, got {self.batch_size}")
+        if self.dtype not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"eval.dtype: expected auto, fp32 or bf16, got {self.dtype!r}")
 
 
 @dataclass

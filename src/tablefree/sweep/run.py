@@ -117,6 +117,7 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
         data_dir=spec.data_dir,
         batch_size=spec.batch_size,
         device=spec.device,  # load_model resolves "auto"
+        dtype=spec.dtype,
         val_data=run.train_config.data.dir,
         progress=sys.stderr.isatty(),
     )

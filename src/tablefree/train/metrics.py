@@ -128,6 +128,10 @@ class StepLog:
             disable=not (info.is_main and sys.stderr.isatty()),
         )
 
+    def should_log(self, step: int) -> bool:
+        """A train record and a progress line after this step: every ``log_every`` steps, and at the last."""
+        return step % self.log_every == 0 or step == self.plan.total_steps
+
     def log(self, result: StepResult, elapsed_s: float) -> None:
         total_steps = self.plan.total_steps
         self.interval_s += result.seconds
@@ -143,7 +147,7 @@ class StepLog:
                     "lr": result.lr,
                 }
             )
-        elif result.step % self.log_every == 0 or result.step == total_steps:
+        elif self.should_log(result.step):
             tokens_per_s = self.interval_steps * self.plan.tokens_per_step / max(self.interval_s, 1e-9)
             tflops = self.flops_per_token * tokens_per_s / self.info.world_size / 1e12  # achieved, per device
             mfu = tflops * 1e12 / self.peak_flops

@@ -1,4 +1,5 @@
-"""``TrainState``: everything the training loop carries from step to step (torchtitan's ``TrainState``)."""
+"""``TrainState``: everything the training loop carries from step to step (torchtitan's ``TrainState``), and
+``NonFiniteLossError``, how the loop and the checkpointer stop a run whose numbers went NaN or infinite."""
 
 from __future__ import annotations
 
@@ -9,6 +10,15 @@ import torch
 
 from tablefree.checkpoint.layout import CheckpointError
 from tablefree.compat import train_state_keys
+
+
+class NonFiniteLossError(ValueError):
+    """The training loss or gradient norm became NaN or infinite, and the run stopped before updating the
+    model; or the weights did, and no checkpoint was written."""
+
+    def __init__(self, message: str, stop_reason: str = "non-finite loss") -> None:
+        super().__init__(message)
+        self.stop_reason = stop_reason
 
 
 @dataclass

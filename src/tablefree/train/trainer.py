@@ -4,8 +4,10 @@
 together by ``run``; everything that changes from step to step lives in one ``TrainState``. Setup hands off to
 the components, read top to bottom: the dataset (``data.loader.Dataset``), the run directory's policy
 (``resume``: lock, recipe changes, dataset checks), the model and its parallelisation (``parallelize``), the
-optimizer (``optimizer``), the checkpoints (``checkpoints``, over the format of ``tablefree.checkpoint``) and
-what the run reports (``metrics``).
+optimizer (``optimizer``), the validation estimate (``validate.Validator``), the checkpoints
+(``checkpoints.Checkpointer``, over the format of ``tablefree.checkpoint``) and what the run reports
+(``metrics``). The loop does not decide when to validate, save or log: it asks the component that does
+(``validator.should_validate``, ``checkpointer.should_save``, ``step_log.should_log``, ``stop.should_agree``).
 
 One optimizer step = ``grad_accum`` micro-steps of ``micro_batch`` sequences on each of ``world_size``
 processes = ``batch_tokens`` tokens. A run directory holds::
@@ -39,10 +41,9 @@ import torch
 import yaml
 
 from tablefree.checkpoint.layout import complete_checkpoints, latest_checkpoint
-from tablefree.checkpoint.training import non_finite_parameters
 from tablefree.config_parsing import to_dict
 from tablefree.cpu_memory import keep_freed_memory
-from tablefree.data.loader import Dataset, TokenLoader
+from tablefree.data.loader import Dataset
 from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
@@ -52,7 +53,7 @@ from tablefree.model_config import ModelConfig
 from tablefree.params import param_breakdown
 from tablefree.precision import autocast_dtype, choose_compile, choose_precision, estimate_eager_seconds
 from tablefree.rundir import RUN_FILES
-from tablefree.train import checkpoints
+from tablefree.train.checkpoints import Checkpointer
 from tablefree.train.metrics import (
     MetricsLog,
     StepLog,
@@ -81,7 +82,8 @@ from tablefree.train.resume import (
     verify_dataset_matches_run,
     verify_dataset_on_all_ranks,
 )
-from tablefree.train.state import PendingStep, TrainState
+from tablefree.train.state import NonFiniteLossError, PendingStep, TrainState
+from tablefree.train.validate import Validator
 
 CONFIG_FILE = RUN_FILES["config"]
 METRICS_FILE = RUN_FILES["metrics"]
@@ -90,15 +92,6 @@ SUMMARY_FILE = RUN_FILES["summary"]
 KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
 # with several processes, a stop signal is agreed on at least this often (and at every log, validation and save)
 STOP_CHECK_STEPS = 10
-
-
-class NonFiniteLossError(ValueError):
-    """The training loss or gradient norm became NaN or infinite, and the run stopped before updating the
-    model; or the weights did, and no checkpoint was written."""
-
-    def __init__(self, message: str, stop_reason: str = "non-finite loss") -> None:
-        super().__init__(message)
-        self.stop_reason = stop_reason
 
 
 def train(
@@ -197,39 +190,41 @@ class Trainer:
             seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
-        self.sharded_checkpoints = config.checkpoint_format == "sharded" or (
-            config.checkpoint_format == "auto" and config.parallel == "fsdp" and info.world_size > 1
-        )
-        loader_args = dict(seed=config.seed, rank=info.rank, world_size=info.world_size)
         self.train_loader = dataset.loader(
             "train",
             self.plan.seq_len,
             config.micro_batch,
             shuffle=config.data.shuffle,
             holdout_every=config.data.select_every,
-            **loader_args,
+            seed=config.seed,
+            rank=info.rank,
+            world_size=info.world_size,
         )
-        # The estimate's windows are spread over the whole val split by a fixed permutation (seed 0, the same
-        # for every run, so runs stay paired), not its first windows: those fall in one or two documents.
-        self.val_loader = dataset.loader(
-            "val", self.plan.seq_len, config.micro_batch, shuffle=True, **{**loader_args, "seed": 0}
-        )
-        # the in-training validation estimate's size (validation_loss reads this many windows)
-        self.val_windows = min(config.val_batches * config.micro_batch, self.val_loader.num_chunks)
         self.autocast = (
             torch.autocast(self.device.type, dtype=torch.bfloat16)
             if self.precision.value == "bf16" and config.parallel != "fsdp"  # FSDP2 casts parameters itself
             else contextlib.nullcontext()
         )
 
-        # the state: fresh, or resumed from the newest checkpoint that loads
-        resumed = (
-            checkpoints.resume(
-                run_dir, self.train_model, self.optimizer, self.train_loader, dataset, self.plan, info
-            )
-            if resume
-            else None
+        # the components that decide when to validate, save and stop, built once
+        self.validator = Validator(dataset, config, self.plan, info, self.train_model, self.autocast)
+        self.checkpointer = Checkpointer(
+            run_dir,
+            config,
+            self.model_config,
+            dataset,
+            self.model,
+            self.train_model,
+            self.optimizer,
+            self.train_loader,
+            self.plan,
+            info,
         )
+        self.stop = StopSignal(info.world_size, self.device)
+        self.kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0"))  # fault injection (tests)
+
+        # the state: fresh, or resumed from the newest checkpoint that loads
+        resumed = self.checkpointer.resume() if resume else None
         self.resumed_from = resumed.checkpoint if resumed else None
         self.state = resumed.state if resumed else TrainState()
         self.state.halted = torch.zeros((), dtype=torch.bool, device=self.device)  # on_nonfinite: stop
@@ -237,7 +232,6 @@ class Trainer:
             record_changes(run_dir, changes, self.state.step)
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
-        self.saved_at = -1
 
         # the run's files and what it reports
         self._write_run_files()
@@ -290,36 +284,26 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train to the end of the budget (or a stop signal); write and return the summary."""
         state, total_steps = self.state, self.plan.total_steps
-        stop = StopSignal()
-        kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0"))
         stop_reason = "completed"
         self.train_model.train()
         try:
-            with stop.installed():
+            with self.stop.installed():
                 while state.step < total_steps:
                     state.pending.append(self.train_step())
-                    validating = bool(
-                        self.config.val_every
-                        and state.step % self.config.val_every == 0
-                        and state.step < total_steps
-                    )
-                    saving = bool(
-                        self.config.checkpoint_every and state.step % self.config.checkpoint_every == 0
-                    ) or (state.step in self.config.checkpoint_steps)
+                    step = state.step
+                    validating = self.validator.should_validate(step)
+                    saving = self.checkpointer.should_save(step)
+                    # the steps' losses stay on the device until a step that needs them (a read point)
                     reading = (
                         validating
                         or saving
-                        or state.step % self.config.log_every == 0
-                        or state.step == total_steps
-                        or state.step == kill_after
-                        or (self.info.world_size > 1 and state.step % STOP_CHECK_STEPS == 0)
+                        or self.step_log.should_log(step)
+                        or self.stop.should_agree(step)
+                        or step == self.kill_after
                     )
                     if reading:  # before anything is validated or saved: a NaN step stops here
                         self.read_steps()
-                    # several processes agree on a stop with an all-reduce (a host wait), so only at read points
-                    stopping = (self.info.world_size == 1 or reading) and any_rank(
-                        stop.requested is not None, self.device
-                    )
+                    stopping = self.stop.agreed(at_read_point=reading)
                     if stopping:
                         self.read_steps()
                     if validating:
@@ -327,26 +311,16 @@ class Trainer:
                     if saving or stopping:
                         self.save()
                     if stopping:
-                        stop_reason = f"stopped by {stop.requested or 'a signal on another process'}"
-                        if self.info.is_main:
-                            print(
-                                f"\n{stop_reason} after step {state.step}; "
-                                + (
-                                    "no checkpoint (checkpoint_format: none)."
-                                    if self.config.checkpoint_format == "none"
-                                    else "checkpoint saved. In a sweep, re-run the same `tablefree compare` command; "
-                                    f"alone, continue with `tablefree train --resume --run-dir {self.run_dir}`."
-                                ),
-                                flush=True,
-                            )
+                        stop_reason = f"stopped by {self.stop.requested or 'a signal on another process'}"
+                        self._print_stopped(stop_reason)
                         break
-                    if kill_after and state.step == kill_after:
+                    if step == self.kill_after:
                         os.kill(os.getpid(), signal.SIGKILL)
 
             completed = state.step >= total_steps and stop_reason == "completed"
             if completed and not self._resumed_a_finished_run():
                 self.validate()
-                if self.saved_at != state.step:
+                if self.checkpointer.saved_step != state.step:
                     self.save()
         except NonFiniteLossError as error:
             self._write_summary(self.summary(completed=False, stop_reason=error.stop_reason))
@@ -462,13 +436,10 @@ class Trainer:
         )
 
     def validate(self) -> float:
-        """The validation-loss estimate now, over ``val_windows`` windows spread over the val split (recorded
-        in the state and metrics.jsonl as ``val_loss_estimate``)."""
+        """The validation-loss estimate now (``Validator.estimate``), recorded in the state and metrics.jsonl as
+        ``val_loss_estimate``."""
         state = self.state
-        with eager_for_validation():
-            estimate = validation_loss(
-                self.train_model, self.val_loader, self.config.val_batches, self.device, self.autocast
-            )
+        estimate = self.validator.estimate()
         state.last_val_loss_estimate = estimate
         if state.best_val_loss_estimate is None or estimate < state.best_val_loss_estimate:
             state.best_val_loss_estimate = estimate
@@ -477,7 +448,7 @@ class Trainer:
                 "step": state.step,
                 "tokens": state.tokens_seen,
                 "val_loss_estimate": estimate,
-                "val_windows": self.val_windows,
+                "val_windows": self.validator.windows,
             }
         )
         return estimate
@@ -488,50 +459,9 @@ class Trainer:
         return self.prior_wall_s + time.perf_counter() - self.started
 
     def save(self) -> Path | None:
-        """A checkpoint of the current step (a collective: every process calls it; rank 0 writes)."""
-        state = self.state
-        state.wall_time_s = self.wall_time_s()
-        if (
-            self.config.checkpoint_format == "none"
-        ):  # benchmarks: a large model's checkpoint is not worth its write
-            self.saved_at = state.step
-            return None
-        poisoned = non_finite_parameters(self.model)  # each rank checks its own shards
-        if any_rank(bool(poisoned), self.device):
-            last = latest_checkpoint(self.run_dir)
-            raise NonFiniteLossError(
-                f"step {state.step}: non-finite weights (NaN or inf) in {', '.join(poisoned[:3]) or 'the model'}; "
-                "no checkpoint written. "
-                + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet."),
-                stop_reason=f"non-finite weights at step {state.step}",
-            )
-        meta = {
-            "step": state.step,
-            "tokens_seen": state.tokens_seen,
-            "tokenizer_hash": self.dataset.tokenizer_hash,
-            "data_dir": str(self.dataset.directory),
-            "interface": self.model_config.interface.name,
-            "seed": self.config.seed,
-            "train_loss": state.last_train_loss,
-            "val_loss_estimate": state.last_val_loss_estimate,
-        }
-        tokenizer = self.dataset.tokenizer_path
-        path = checkpoints.save(
-            self.run_dir,
-            state,
-            self.train_model,
-            self.optimizer,
-            self.train_loader,
-            {"model": to_dict(self.model_config), "train": to_dict(self.config)},
-            meta,
-            tokenizer if tokenizer.exists() else None,
-            keep_last=self.config.keep_last,
-            shard=self.sharded_checkpoints,
-            info=self.info,
-            keep_steps=self.config.checkpoint_steps,
-        )
-        self.saved_at = state.step
-        return path
+        """A checkpoint of the current step, with the wall time so far (``Checkpointer.save``: a collective)."""
+        self.state.wall_time_s = self.wall_time_s()
+        return self.checkpointer.save(self.state)
 
     def summary(self, completed: bool, stop_reason: str) -> dict[str, Any]:
         """What summary.json holds: the run's outcome, losses, throughput and shape."""
@@ -559,7 +489,7 @@ class Trainer:
             "final_train_loss": state.last_train_loss,
             "final_val_loss_estimate": state.last_val_loss_estimate,
             "best_val_loss_estimate": state.best_val_loss_estimate,
-            "val_estimate_windows": self.val_windows,
+            "val_estimate_windows": self.validator.windows,
             "skipped_steps": state.skipped_steps,
             "params": self.breakdown.as_dict(),
             "interface": self.model_config.interface.name,
@@ -580,7 +510,20 @@ class Trainer:
 
     def _print_done(self, summary: dict[str, Any]) -> None:
         if self.info.is_main:
-            print(describe_end(summary, self.val_windows, self.run_dir), flush=True)
+            print(describe_end(summary, self.validator.windows, self.run_dir), flush=True)
+
+    def _print_stopped(self, stop_reason: str) -> None:
+        if self.info.is_main:
+            print(
+                f"\n{stop_reason} after step {self.state.step}; "
+                + (
+                    "no checkpoint (checkpoint_format: none)."
+                    if self.config.checkpoint_format == "none"
+                    else "checkpoint saved. In a sweep, re-run the same `tablefree compare` command; "
+                    f"alone, continue with `tablefree train --resume --run-dir {self.run_dir}`."
+                ),
+                flush=True,
+            )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -612,41 +555,27 @@ def gradient_sync(model: torch.nn.Module, sync: bool):
     yield
 
 
-@torch.no_grad()
-def validation_loss(
-    model: torch.nn.Module,
-    loader: TokenLoader,
-    val_batches: int,
-    device: torch.device,
-    autocast: Any,
-) -> float:
-    """Mean loss over ``val_batches × micro_batch`` windows of the val split (the loader's order), whatever the world
-    size (each process takes its slots; padding slots beyond the set are masked out)."""
-    total = min(val_batches * loader.batch_size, loader.num_chunks)
-    micro_steps = math.ceil(total / (loader.batch_size * loader.world_size))
-    sums = torch.zeros(2, device=device, dtype=torch.float64)  # (sum of per-window losses, windows)
-    model.eval()
-    for micro_step in range(micro_steps):
-        inputs, targets = loader.batch(micro_step)
-        keep = torch.from_numpy(loader.slots(micro_step) < total).to(device)
-        with autocast:
-            logits = model(inputs.to(device))
-        per_window = next_token_loss(logits, targets.to(device), reduction="none").mean(dim=1).double()
-        sums += torch.stack([(per_window * keep).sum(), keep.sum().double()])
-    model.train()
-    sums = all_reduce_mean(sums)  # mean of sums = sums / world; the ratio is unchanged
-    return float(sums[0] / sums[1])
-
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 
 
 class StopSignal:
     """SIGTERM/SIGINT ask the loop to save and stop after the current step; a second SIGINT interrupts.
-    SIGUSR2 too: SLURM's warning before a time limit or preemption (submitit's signal; tablefree.launch)."""
+    SIGUSR2 too: SLURM's warning before a time limit or preemption (submitit's signal; tablefree.launch).
+    With several processes, a stop is agreed on by all (an all-reduce, so a host wait): only at read points, and
+    at least every ``STOP_CHECK_STEPS`` steps (``should_agree``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, world_size: int = 1, device: torch.device | None = None) -> None:
         self.requested: str | None = None
+        self.world_size, self.device = world_size, device or torch.device("cpu")
+
+    def should_agree(self, step: int) -> bool:
+        """Whether this step must be a read point for the processes to agree on a stop."""
+        return self.world_size > 1 and step % STOP_CHECK_STEPS == 0
+
+    def agreed(self, at_read_point: bool) -> bool:
+        """Whether every process stops now: one process checks its own flag at every step; several agree at read
+        points only."""
+        return (self.world_size == 1 or at_read_point) and any_rank(self.requested is not None, self.device)
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = signal.Signals(signum).name
@@ -663,11 +592,3 @@ class StopSignal:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-
-
-def eager_for_validation() -> contextlib.AbstractContextManager:
-    """Compiled blocks run eagerly inside: under no_grad a compiled block fails its grad-mode guard and compiles
-    a second graph, so a run would compile twice for a few validation batches (torch >= 2.6; older torches
-    recompile)."""
-    set_stance = getattr(torch.compiler, "set_stance", None)
-    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()
