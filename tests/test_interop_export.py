@@ -363,7 +363,9 @@ def test_import_refuses_a_config_that_disagrees_with_the_weights(
     if "head_dim" in message:
         _edit_config(hf, head_dim=None)
     if "unexpected" not in message:  # checked from the headers alone: no tensor is ever loaded
-        monkeypatch.setattr("tablefree.export.load_file", lambda *a, **k: pytest.fail("loaded a tensor"))
+        monkeypatch.setattr(
+            "tablefree.export.hf_import.load_file", lambda *a, **k: pytest.fail("loaded a tensor")
+        )
     with pytest.raises(ValueError, match=message):
         import_hf(hf, tmp_path / "back")
     assert not (tmp_path / "back").exists()
