@@ -158,9 +158,8 @@ class SeparableCodebooks(InputInterface):
     def describe(self) -> str:
         o, c, s = self.options, self.options.coordinates, self.codebook_size
         shapes = " + ".join(f"{n}×{w}" for n, w in zip(self.rows, self.widths, strict=True))
-        combine = (
-            f"added and divided by √{c}" if o.combine == "sum" else f"concatenated to width {self.d_model}"
-        )
+        combine = {"sum": f"added and divided by √{c}", "concat": f"concatenated to width {self.d_model}"}
+        combine = combine[o.combine] if c > 1 else "taken as they are"
         text = (
             f"Row t is computed from {c} trained codebooks ({shapes}): t is written as {c} base-{s} digits "
             f"t_i = ⌊t / {s}^i⌋ mod {s}, and the rows E_i[t_i] are {combine}"
