@@ -253,7 +253,7 @@ def test_checkpoints_of_the_flat_format_still_load(tmp_path, name: str) -> None:
 # ----------------------------------------------------------------------------------------------------------
 # The ablation interfaces (issue 14): gaussian, projected, wide-random, hashed
 
-ALL = ["learned", "canonical", "affine", "gaussian", "projected", "wide-random", "hashed"]
+ALL = ["learned", "canonical", "affine", "gaussian", "projected", "wide-random", "hashed", "separable"]
 
 
 def test_every_shipped_interface_is_registered() -> None:
@@ -351,7 +351,12 @@ def test_no_gradient_reaches_fixed_parts(name: str) -> None:
     ids = torch.randint(0, 300, (2, 8))
     model.loss(ids, ids).backward()
     trainable = {n for n, _ in model.input.named_parameters()}
-    assert trainable == {"learned": {"weight"}, "projected": {"projection.weight"}}.get(name, set())
+    expected = {
+        "learned": {"weight"},
+        "projected": {"projection.weight"},
+        "separable": {"codebooks.0", "codebooks.1"},
+    }
+    assert trainable == expected.get(name, set())
     for parameter in model.input.parameters():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0
     for buffer in model.input.buffers():
@@ -377,7 +382,8 @@ def test_paper_preset_counts_of_every_interface() -> None:
 
     for name in ALL:
         b = param_breakdown(preset("paper-1.7b", interface=name))
-        expected = {"learned": 100_663_296, "projected": 16 * 2048}.get(name, 0)
+        # separable: V = 49,152, s = ⌈√V⌉ = 222, rows 222 + ⌈49,152 / 222⌉ = 222, each d = 2,048 wide
+        expected = {"learned": 100_663_296, "projected": 16 * 2048, "separable": 444 * 2048}.get(name, 0)
         assert b.input_interface == expected, name
         assert b.total_trainable == 1_711_376_384 + expected, name
 
@@ -458,3 +464,218 @@ def test_the_old_affine_seed_name_still_loads() -> None:
     assert opts(name="affine", affine_seed=4, seed=4).seed == 4
     with pytest.raises(ValueError, match="'affine_seed' is the old name of 'seed'"):
         opts(name="affine", affine_seed=1, seed=2)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# separable (issue 34): the id's mixed-radix digits, one small trainable codebook each
+
+SEPARABLE_SHAPE = dict(vocab_size=300, d_model=38, n_layers=1, n_heads=1, d_ff=64)
+
+
+@pytest.mark.parametrize(
+    ("options", "rows", "widths"),
+    [
+        ({}, [18, 17], [38, 38]),  # s = ⌈√300⌉ = 18; the top digit takes ⌈300 / 18⌉ = 17 values
+        ({"combine": "concat", "coordinates": 3}, [7, 7, 7], [13, 13, 12]),  # 7³ = 343 >= 300; 38 = 13+13+12
+        ({"codebook_size": 25, "generator_hidden": 5}, [25, 12], [38, 38]),
+    ],
+)
+def test_separable_rows_are_the_digits_codebooks_combined(options: dict, rows: list, widths: list) -> None:
+    import math
+
+    interface = build_interface(opts(name="separable", **options), 300, 38)
+    assert (interface.rows, interface.widths) == (rows, widths)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in interface.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    s, c = interface.codebook_size, len(rows)
+    books = [book.detach() for book in interface.codebooks]
+    expected = []
+    for t in range(300):
+        digits = [(t // s**i) % s for i in range(c)]
+        parts = [book[digit] for book, digit in zip(books, digits, strict=True)]
+        if options.get("combine") == "concat":
+            expected.append(torch.cat(parts))
+        else:
+            expected.append(sum(parts) / math.sqrt(c))
+    expected = torch.stack(expected)
+    if options.get("generator_hidden"):
+        w1, w2 = interface.generator_in.weight.detach(), interface.generator_out.weight.detach()
+        normed = expected / expected.pow(2).mean(1, keepdim=True).add(1e-6).sqrt()
+        expected = expected + torch.nn.functional.gelu(normed @ w1.T) @ w2.T
+    table = interface.table()
+    assert torch.allclose(table, expected, atol=1e-5)
+    assert torch.unique(table, dim=0).shape[0] == 300  # every id its own row
+    ids = torch.tensor([[299, 0, 17], [18, 5, 299]])
+    assert torch.allclose(interface(ids), table[ids], atol=1e-6)  # any batch: the same row
+
+
+def test_separable_parameters_are_counted_exactly() -> None:
+    from tablefree.model_config import ModelConfig
+    from tablefree.params import param_breakdown
+
+    body = param_breakdown(ModelConfig(**SEPARABLE_SHAPE, interface="canonical")).total_trainable
+    for options, count in [
+        ({}, (18 + 17) * 38),
+        ({"combine": "concat"}, (18 + 17) * 19),
+        ({"combine": "concat", "coordinates": 3}, 7 * 13 + 7 * 13 + 7 * 12),
+        ({"codebook_size": 25, "generator_hidden": 5}, (25 + 12) * 38 + 2 * 38 * 5),
+    ]:
+        b = param_breakdown(ModelConfig(**SEPARABLE_SHAPE, interface={"name": "separable", **options}))
+        assert b.input_interface == count == b.total_trainable - body, options
+        interface = build_interface(opts(name="separable", **options), 300, 38)
+        assert interface.num_parameters() == count  # the formula docs/models.md gives and describe() states
+
+
+def test_separable_input_on_the_paper_config_is_at_most_an_eighth_of_the_table() -> None:
+    from pathlib import Path
+
+    from tablefree.params import param_breakdown
+    from tablefree.train.recipe import load_train_config
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "paper-1.7b.yaml"
+    vd = 49_152 * 2048
+    for extra, count in [
+        ([], 444 * 2048),
+        (["model.interface.combine=concat"], 444 * 1024),
+        (["model.interface.generator_hidden=1024"], 444 * 2048 + 2 * 2048 * 1024),
+    ]:
+        config = load_train_config(path, ["model.interface.name=separable", *extra]).model.build()
+        b = param_breakdown(config)
+        assert (config.vocab_size, config.d_model, b.interface) == (49_152, 2048, "separable")
+        assert b.input_interface == count <= vd / 8, extra
+
+
+@pytest.mark.parametrize("combine", ["sum", "concat"])
+def test_separable_starts_at_the_learned_tables_scale(combine: str) -> None:
+    from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
+
+    shape = dict(vocab_size=3000, d_model=64, n_layers=1, n_heads=4)
+    learned = build_model(ModelConfig(**shape, interface="learned"), seed=0).input.table()
+    options = {"name": "separable", "combine": combine}
+    plain = build_model(ModelConfig(**shape, interface=options), seed=0).input.table()
+    # each value N(0, init_std²), as a table's
+    assert abs(plain.std().item() / learned.std().item() - 1) < 0.05
+    assert abs(plain.mean().item()) < 0.002
+    generated = build_model(ModelConfig(**shape, interface={**options, "generator_hidden": 16}), seed=0)
+    # W₂ starts at zero: the generator starts as the identity
+    assert torch.equal(generated.input.table(), plain)
+    assert generated.input.generator_in.weight.std().item() > 0.015  # W₁ starts N(0, init_std), not zero
+
+
+def test_separable_gradients_reach_each_ids_own_codebook_rows_and_the_generator() -> None:
+    from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
+
+    config = ModelConfig(**SEPARABLE_SHAPE, interface={"name": "separable", "generator_hidden": 8})
+    model = build_model(config, seed=0)
+    ids = torch.randint(0, 150, (2, 8), generator=torch.Generator().manual_seed(1))  # not every digit value
+    model.loss(ids, ids).backward()
+    grads = {name: p.grad for name, p in model.input.named_parameters()}
+    assert set(grads) == {"codebooks.0", "codebooks.1", "generator_in.weight", "generator_out.weight"}
+    for i, digits in enumerate(model.input.digits(ids)):
+        touched = torch.nonzero(grads[f"codebooks.{i}"].abs().sum(1)).flatten().tolist()
+        assert touched == sorted(set(digits.flatten().tolist()))  # every used row, and only those
+    assert grads["generator_out.weight"].abs().sum() > 0
+    assert grads["generator_in.weight"].abs().sum() == 0  # W₂ = 0 at the start, so W₁ learns from step 2 on
+    with torch.no_grad():
+        model.input.generator_out.weight.sub_(0.01 * grads["generator_out.weight"].sign())
+    model.zero_grad()
+    model.loss(ids, ids).backward()
+    assert model.input.generator_in.weight.grad.abs().sum() > 0
+
+
+def test_separable_options_errors_name_the_field() -> None:
+    from tablefree.model_config import ModelConfig
+
+    for options, message in [
+        ({"coordinates": 0}, r"interface\.coordinates: expected a number of coordinates >= 1, got 0"),
+        ({"codebook_size": 1}, r"interface\.codebook_size: expected a codebook size >= 2, got 1"),
+        ({"combine": "product"}, r"interface\.combine: expected one of \['sum', 'concat'\], got 'product'"),
+        ({"generator_hidden": -4}, r"interface\.generator_hidden: expected a hidden width >= 0"),
+        ({"codebook_size": "many"}, r"interface\.codebook_size"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ModelConfig(**SEPARABLE_SHAPE, interface={"name": "separable", **options})
+    for options, d, message in [
+        (
+            {"codebook_size": 17},
+            38,
+            r"^model\.interface\.codebook_size: 2 coordinates of 17 values cover 17\^2 = 289 ids, fewer than "
+            r"V = 300; use codebook_size >= 18",
+        ),
+        (
+            {"codebook_size": 300, "coordinates": 3},
+            38,
+            r"^model\.interface\.codebook_size: 2 coordinates of 300 values already cover V = 300, so "
+            r"coordinate 3 would always be 0",
+        ),
+        ({"coordinates": 10}, 38, r"^model\.interface\.coordinates: 10 coordinates .* use at most 9$"),
+        (
+            {"coordinates": 3, "combine": "concat"},
+            2,
+            r"^model\.interface\.combine: concat splits d_model = 2 among 3 coordinates",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            build_interface(opts(name="separable", **options), 300, d)
+
+
+def test_separable_reloads_from_a_checkpoint_as_itself(tmp_path) -> None:
+    from tablefree.checkpoint.model_dir import load_model, save_model
+    from tablefree.model import build_model
+    from tablefree.model_config import ModelConfig
+
+    options = {"name": "separable", "combine": "concat", "coordinates": 3, "generator_hidden": 8}
+    model = build_model(ModelConfig(**SEPARABLE_SHAPE, interface=options), seed=1)
+    with torch.no_grad():
+        model.input.generator_out.weight.normal_(0, 0.1)  # as after training: not the identity
+    save_model(tmp_path / "ck", model)
+    loaded, _ = load_model(tmp_path / "ck")
+    assert loaded.config.interface == opts(**options)
+    assert loaded.input.state_dict().keys() == model.input.state_dict().keys()
+    for name, tensor in loaded.input.state_dict().items():
+        assert torch.equal(tensor, model.input.state_dict()[name]), name
+    ids = torch.arange(300).view(3, 100)
+    with torch.no_grad():
+        assert torch.equal(loaded(ids), model.eval()(ids))
+
+
+@pytest.mark.slow
+def test_separable_trains_resumes_evaluates_analyses_and_exports_from_the_cli(tmp_path) -> None:
+    """``tablefree train ... model.interface.name=separable`` and every verb after it, as a user runs them."""
+    import json
+    import math
+
+    from tablefree.checkpoint.model_dir import load_model
+    from tablefree.cli import main
+    from train_helpers import make_dataset, micro_config, train_losses, write_config
+
+    data = make_dataset(tmp_path / "data")
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest["splits"]["val"]["document_starts"] = [0]  # one validation document (the evaluation reads them)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    config = write_config(tmp_path / "config.yaml", micro_config(data, budget="8 steps"))
+    run = tmp_path / "run"
+    interface = ["model.interface.name=separable", "model.interface.generator_hidden=8"]
+    assert main(["train", "--config", str(config), "--run-dir", str(run), *interface]) == 0
+    resume = ["train", "--run-dir", str(run), "--resume", "--allow-change", "budget", "budget=12 steps"]
+    assert main(resume) == 0
+    losses = train_losses(run)
+    assert max(losses) == 12 and losses[12] < losses[min(losses)] - 0.1, losses
+    model, _ = load_model(run)
+    assert model.config.interface == opts(name="separable", generator_hidden=8)
+    assert model.input.generator_out.weight.abs().sum() > 0  # the generator trained
+
+    out = tmp_path / "eval.json"
+    evaluate = ["eval", str(run), "--tasks", "validation", "--val-data", str(data), "--limit", "4"]
+    assert main([*evaluate, "--out", str(out), "--device", "cpu"]) == 0
+    assert math.isfinite(json.loads(out.read_text())["tasks"]["validation"]["metrics"]["val_loss"])
+    assert main(["analyze", str(run), "--out", str(tmp_path / "analysis"), "--positions", "64"]) == 0
+    assert json.loads((tmp_path / "analysis" / "analysis.json").read_text())["embeddings"]
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    assert main(["import-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    back, _ = load_model(tmp_path / "back")
+    assert back.config.interface == model.config.interface  # imported as itself, not as a learned table

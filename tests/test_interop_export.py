@@ -27,8 +27,10 @@ CASES = {
     "projected": dict(interface=dict(name="projected", code="affine", values="pm1", init="lift")),
     "wide-random": dict(interface=dict(name="wide-random", width=40, lift="interleave")),
     "hashed": dict(interface=dict(name="hashed", bits=6, values="pm1")),
+    "separable": dict(interface=dict(name="separable", generator_hidden=8)),
+    "separable-concat": dict(interface=dict(name="separable", combine="concat", coordinates=3)),
 }
-ABLATIONS = ["gaussian", "projected", "wide-random", "hashed"]
+ABLATIONS = ["gaussian", "projected", "wide-random", "hashed", "separable", "separable-concat"]
 
 
 @pytest.fixture(scope="module")
@@ -275,10 +277,11 @@ def test_model_card_names_the_run_and_hashes_not_a_local_path(tmp_path, tokenize
     assert json.loads(config)["tablefree"]["source_run"] == "my-run"
 
 
-@pytest.mark.parametrize("case", ["gaussian", "projected"])
+@pytest.mark.parametrize("case", ["gaussian", "projected", "separable"])
 def test_a_bfloat16_export_imports_as_the_interface(tmp_path, tokenizer_path, case):
     """The table is rounded to bfloat16, but the interface is recognised from its own tensors, and restored
-    at full precision (projected's map comes from the state file, gaussian's table from its seed)."""
+    at full precision (projected's map and separable's codebooks come from the state file, gaussian's table
+    from its seed)."""
     model = make_checkpoint(tmp_path / "ck", _config(case), tokenizer_path)
     export_hf(tmp_path / "ck", tmp_path / "hf", dtype="bfloat16")
     import_hf(tmp_path / "hf", tmp_path / "back")
@@ -293,12 +296,14 @@ def test_model_cards_of_the_ablation_interfaces(tmp_path, tokenizer_path):
         ("projected", "trained 64×9 matrix (576 parameters"),
         ("wide-random", "random 40-bit code of t"),
         ("hashed", "first K' = 6 bits"),
+        ("separable", "2 trained codebooks (20×64 + 20×64)"),
+        ("separable-concat", "3 trained codebooks (8×22 + 8×21 + 7×21)"),
     ]:
         make_checkpoint(tmp_path / case, _config(case), tokenizer_path)
         export_hf(tmp_path / case, tmp_path / f"{case}-hf")
         card = (tmp_path / f"{case}-hf" / "README.md").read_text()
         assert phrase in card, case
-        assert ("**not trained**" in card) == (case != "projected"), case
+        assert ("**not trained**" in card) == (case in ("gaussian", "wide-random", "hashed")), case
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -358,7 +363,9 @@ def test_import_refuses_a_config_that_disagrees_with_the_weights(
     if "head_dim" in message:
         _edit_config(hf, head_dim=None)
     if "unexpected" not in message:  # checked from the headers alone: no tensor is ever loaded
-        monkeypatch.setattr("tablefree.export.load_file", lambda *a, **k: pytest.fail("loaded a tensor"))
+        monkeypatch.setattr(
+            "tablefree.export.hf_import.load_file", lambda *a, **k: pytest.fail("loaded a tensor")
+        )
     with pytest.raises(ValueError, match=message):
         import_hf(hf, tmp_path / "back")
     assert not (tmp_path / "back").exists()

@@ -11,6 +11,11 @@ Ablations (issue 14), each answering one question about why fixed codes work:
 * ``wide-random`` — a seeded random code of W > K bits, distinct by construction: do more bits help?
 * ``hashed``      — codes of K' < K bits, so ids collide: the negative control. Does identity matter?
 
+The table-light alternative (issue 34), between ``canonical`` (0 trainable input parameters) and ``learned`` (V·d):
+
+* ``separable``   — the id as C mixed-radix digits, a small trainable codebook per digit, combined (sum or
+  concatenation) and optionally passed through a small generator MLP.
+
 The fixed codes have **no trainable parameters and no V-sized buffer**: codes are computed from ids on the fly
 (``tablefree.codes``). Adding an interface is one file here (its options dataclass and an ``InputInterface``
 registered by name) plus an import below; see ``base`` and docs/models.md.
@@ -35,6 +40,7 @@ from tablefree.interfaces.hashed import HashedCode, HashedOptions
 from tablefree.interfaces.learned import LearnedEmbedding, LearnedOptions
 from tablefree.interfaces.options import InterfaceConfig, OptionError, parse_interface_options
 from tablefree.interfaces.projected import ProjectedCode, ProjectedOptions
+from tablefree.interfaces.separable import SeparableCodebooks, SeparableOptions
 from tablefree.interfaces.wide_random import WideRandomCode, WideRandomOptions
 
 __all__ = [
@@ -56,6 +62,8 @@ __all__ = [
     "OptionError",
     "ProjectedCode",
     "ProjectedOptions",
+    "SeparableCodebooks",
+    "SeparableOptions",
     "WideRandomCode",
     "WideRandomOptions",
     "build_interface",
