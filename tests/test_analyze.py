@@ -11,9 +11,11 @@ import torch
 
 import tablefree
 from tablefree.analysis import (
+    MLPProbeSettings,
     analysis_markdown,
     cka_null,
     effective_embeddings,
+    fit_mlp,
     fit_ridge,
     frequency_r2,
     linear_cka,
@@ -22,6 +24,8 @@ from tablefree.analysis import (
     random_labels,
     run_analysis,
 )
+from tablefree.analysis.probes import code_sets
+from tablefree.analysis.run import controlled_probes
 from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main
 from tablefree.data.tokenizer import tokenizer_hash
@@ -31,17 +35,8 @@ VOCAB = 96
 
 
 def tiny_model(interface: str = "canonical", vocab_size: int = VOCAB, seed: int = 0, **overrides):
-    config = tablefree.preset(
-        "tiny",
-        interface=interface,
-        vocab_size=vocab_size,
-        d_model=32,
-        n_layers=2,
-        n_heads=2,
-        d_ff=64,
-        max_seq_len=32,
-        **overrides,
-    )
+    shape = {"d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "max_seq_len": 32, **overrides}
+    config = tablefree.preset("tiny", interface=interface, vocab_size=vocab_size, **shape)
     return tablefree.build_model(config, seed=seed)
 
 
@@ -109,6 +104,52 @@ def test_type_disjoint_probes_cannot_memorise_types():
     # a fixed code stays readable on unseen types: the probe reads the code, not a lookup of the types
     canonical = probe_code_bits(tiny_model("canonical"), windows, windows, split="types")
     assert canonical["code_sets"]["canonical"]["accuracy"][0] == [1.0] * 7
+
+
+def test_mlp_probe_reads_the_xor_that_the_linear_probe_cannot():
+    # An affine model's input is c' = A·c ⊕ b, so each canonical bit of c is an XOR of input bits: no linear
+    # probe reads it from layer 0, by construction. The MLP probe must, on token types it never saw (K = 10,
+    # half of the 1,024 types fit), while random per-type labels stay at chance for both probes.
+    vocab_size = 1024
+    model = tiny_model("affine", vocab_size=vocab_size, n_layers=1)
+    windows = random_windows(24, seed=1, vocab_size=vocab_size)
+    sets = [code_sets(model)[0], random_labels(vocab_size, 10, seed=5)]
+    assert sets[0].name == "canonical"
+    linear = probe_code_bits(model, windows, windows, sets=sets)["code_sets"]
+    mlp = probe_code_bits(model, windows, windows, sets=sets, kind="mlp")
+    assert mlp["probe"] == "mlp" and mlp["mlp"]["hidden"] == 256 and mlp["shared_types"] == 0
+    assert linear["canonical"]["mean_accuracy"][0] < 0.6
+    assert mlp["code_sets"]["canonical"]["mean_accuracy"][0] > 0.9
+    assert mlp["code_sets"]["canonical"]["min_accuracy"][0] > 0.75
+    for probed in (linear, mlp["code_sets"]):
+        assert abs(probed["random labels"]["mean_accuracy"][0] - 0.5) < 0.05
+
+
+def test_mlp_probe_is_seeded_and_an_erased_state_leaves_only_the_base_rate():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 6, generator=generator)
+    y = torch.stack([(x[:, 0] * x[:, 1] > 0), torch.ones(300, dtype=torch.bool)], dim=1).long()
+    settings = MLPProbeSettings(hidden=32, steps=300)
+    first, second = fit_mlp(x, y, settings), fit_mlp(x, y, settings)
+    for a, b in zip(first.network.parameters(), second.network.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert (first.predict(x) == y.bool()).float().mean() > 0.9  # x0·x1 > 0 is an XOR of two signs
+    y_skewed = (torch.arange(300) % 10 < 7).long().unsqueeze(1)  # 70% ones
+    erased = fit_mlp(torch.zeros(300, 6), y_skewed, settings)
+    assert bool(erased.predict(x).all())  # a constant state: the probe can only answer the common value
+
+
+def test_mlp_probe_has_the_same_controls_and_rejects_bad_settings():
+    model = tiny_model("affine", seed=0)  # the untrained model of seed 0 itself: selectivity exactly 0
+    windows = random_windows(8, seed=1)
+    probes = controlled_probes(model, 0, windows, windows, kind="mlp", mlp=MLPProbeSettings(steps=50))
+    assert set(probes["code_sets"]) == {"canonical", "interface", "random labels"}
+    for entry in probes["code_sets"].values():
+        assert entry["selectivity"] == [0.0] * 3
+    with pytest.raises(ValueError, match="probe kind must be one of"):
+        probe_code_bits(model, windows, windows, kind="kernel")
+    with pytest.raises(ValueError, match="MLP probe hidden must be a positive integer, got 0"):
+        MLPProbeSettings(hidden=0)
 
 
 def test_untrained_control_gives_an_untrained_model_zero_selectivity(setup):
@@ -209,7 +250,7 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
     root, data, canonical, learned = setup
     out = root / "out"
     args = ["analyze", str(canonical), "--reference", str(learned), "--out", str(out), "--positions", "512"]
-    assert main([*args, "--words", "t1,t2,missing"]) == 0
+    assert main([*args, "--words", "t1,t2,missing", "--mlp-probe"]) == 0
     result = json.loads((out / "analysis.json").read_text())
     assert result["probes"]["code_sets"]["canonical"]["accuracy"][0] == [1.0] * 7
     assert result["probes"]["positions"]["fit"] + result["probes"]["positions"]["score"] == 512
@@ -226,9 +267,15 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
     markdown = (out / "analysis.md").read_text()
     assert "| 0 (interface) | 100.0% / 100.0% (+0.0 pts) |" in markdown and "figures/probes.png" in markdown
     assert "null 95%" in markdown and "type-disjoint" in markdown
-    assert "canonical bits, mean probe accuracy per layer: 100.0%" in capsys.readouterr().out
-    # a second run replaces the earlier analysis
+    printed = capsys.readouterr().out
+    assert "canonical bits, mean linear probe accuracy per layer: 100.0%" in printed
+    assert "canonical bits, mean MLP probe accuracy per layer: 100.0%" in printed
+    mlp = result["mlp_probes"]
+    assert mlp["probe"] == "mlp" and mlp["code_sets"]["canonical"]["selectivity"] == [0.0] * 3
+    assert "## MLP probe (nonlinear)" in markdown and "MLP probe acc. (selectivity)" in markdown
+    # a second run replaces the earlier analysis; without --mlp-probe there is no MLP probe
     assert main([*args]) == 0
+    assert "mlp_probes" not in json.loads((out / "analysis.json").read_text())
 
 
 def test_markdown_section_can_be_embedded_at_another_level(setup):
@@ -324,12 +371,13 @@ def test_sweep_analyses_finished_runs_once_and_reports_them_side_by_side(setup, 
     summary = sweep_analysis(runs, tmp_path)
     assert json.loads(json.dumps(summary)) == summary  # JSON-ready, for report.json
     section = sweep_analysis_markdown(summary, level=2)
-    probe_table = section.split("**Canonical-bit probe accuracy (mean over bits)**")[1]
+    probe_table = section.split("**Canonical-bit linear probe accuracy (mean over bits)**")[1]
     assert "| layer | `learned` | `canonical` |" in probe_table
     assert "| 0 | " in probe_table and " | 100.0% |\n" in probe_table.split("| 1 |")[0]
     cka_table = section.split("**Debiased linear CKA")[1].split("\n**")[0]
     assert "| layer | `canonical` |" in cka_table  # one learned seed: no learned-vs-learned ceiling
     assert "- [canonical-s0](runs/canonical-s0/analysis/analysis.md)" in section
+    assert "MLP probe" not in section  # no run was analysed with it
     assert sweep_analysis(runs[2:], tmp_path) is None and sweep_analysis_markdown(None) == ""
 
 
@@ -412,3 +460,4 @@ def test_an_analysis_by_the_earlier_method_is_redone(tmp_path):
     assert not _up_to_date(out, checkpoint, None)
     (out / "analysis.json").write_text(json.dumps({**recorded, "method_version": METHOD_VERSION}))
     assert _up_to_date(out, checkpoint, None)
+    assert not _up_to_date(out, checkpoint, None, mlp_probe=True)  # asked for the MLP probe, which it lacks

@@ -1,16 +1,18 @@
-"""Bit probes: how linearly readable the current token's code bits are from the residual state at each layer.
+"""Bit probes: how readable the current token's code bits are from the residual state at each layer.
 
-For every layer ℓ a linear probe (closed-form ridge on ±1 targets, the sign decides) is fitted on the states of
-some positions of held-out text and scored on others. The default split is **type-disjoint**: the probe is
-fitted on the positions whose token type lies in one half of the vocabulary (a fixed random half) and scored on
-the positions of the other half, so a probe that only memorised which type carries which bits scores at chance;
-with ``split="positions"`` the fit and score positions may share types (that probe can read a table lookup).
+For every layer ℓ a probe is fitted on the states of some positions of held-out text and scored on others:
+the **linear probe** (closed-form ridge on ±1 targets, the sign decides), and on request the **MLP probe** (one
+hidden ReLU layer, ``mlp.fit_mlp``), which can read an XOR of code bits where a linear probe cannot by
+construction. The default split is **type-disjoint**: the probe is fitted on the positions whose token type
+lies in one half of the vocabulary (a fixed random half) and scored on the positions of the other half, so a
+probe that only memorised which type carries which bits scores at chance; with ``split="positions"`` the fit
+and score positions may share types (that probe can read a table lookup).
 
-A probe means something only next to its **controls** (``run.run_analysis`` adds them): the same probe on the
-untrained model of the same interface and seed (a fixed code is read at 100% before any training: the residual
-path carries it), and random per-type labels (``random_labels``), which show what memorising types alone gives.
-Selectivity = accuracy − the untrained model's accuracy. The constant probe (each bit's majority value in the
-fit positions) is reported too: a skewed bit has a baseline far above 50%.
+A probe means something only next to its **controls** (``run.controlled_probes`` adds them, for either kind):
+the same probe on the untrained model of the same interface and seed (a fixed code is read at 100% before any
+training: the residual path carries it), and random per-type labels (``random_labels``), which show what
+memorising types alone gives. Selectivity = accuracy − the untrained model's accuracy. The constant probe
+(each bit's majority value in the fit positions) is reported too: a skewed bit has a baseline far above 50%.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import torch
 
 from tablefree.analysis.linear import RidgeAccumulator
+from tablefree.analysis.mlp import MLPProbeSettings, fit_mlp
 from tablefree.analysis.states import layer_states
 from tablefree.codes import ids_to_bits, num_bits
 from tablefree.model import TablefreeLM
@@ -116,6 +119,9 @@ def fit_types(vocab_size: int, seed: int = TYPE_SPLIT_SEED) -> torch.Tensor:
     return mask
 
 
+PROBE_KINDS = ("linear", "mlp")
+
+
 def probe_code_bits(
     model: TablefreeLM,
     fit_windows: Iterable[torch.Tensor],
@@ -123,15 +129,23 @@ def probe_code_bits(
     ridge: float = DEFAULT_PROBE_RIDGE,
     split: str = "types",
     sets: list[CodeSet] | None = None,
+    kind: str = "linear",
+    mlp: MLPProbeSettings | None = None,
 ) -> dict[str, Any]:
-    """Fit one linear probe per layer and bit on the positions of ``fit_windows`` (id tensors (B, T)), score it
-    on those of ``score_windows``; with ``split="types"`` only positions of the fit half of the token types
-    (``fit_types``) fit and only those of the other half score (the same windows may then be passed as both).
+    """Fit one probe per layer on the positions of ``fit_windows`` (id tensors (B, T)), score it on those of
+    ``score_windows``; with ``split="types"`` only positions of the fit half of the token types (``fit_types``)
+    fit and only those of the other half score (the same windows may then be passed as both).
+
+    ``kind="linear"``: ridge (``ridge``) per bit, from streamed statistics (O(d²) memory). ``kind="mlp"``: one
+    small MLP (``mlp``, default ``MLPProbeSettings()``) per layer and code set, reading the set's bits jointly;
+    it keeps the fit positions' states in memory ((L + 1)·positions·d floats) and trains on the model's device.
     ``sets``: the code sets to probe (default ``code_sets(model)``). Returns, per code set, accuracy[layer][bit],
-    its mean and minimum per layer, and the majority baseline per bit; the split and the number of fit and score
-    positions and types."""
+    its mean and minimum per layer, and the majority baseline per bit; the probe, the split and the number of
+    fit and score positions and types."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if kind not in PROBE_KINDS:
+        raise ValueError(f"probe kind must be one of {PROBE_KINDS}, got {kind!r}")
     sets = code_sets(model) if sets is None else sets
     vocab_size = model.config.vocab_size
     fit_mask = fit_types(vocab_size) if split == "types" else torch.ones(vocab_size, dtype=torch.bool)
@@ -143,19 +157,27 @@ def probe_code_bits(
     device = next(model.parameters()).device
     layers = len(model.layers) + 1
     width = sum(s.num_bits for s in sets)
-    accumulators = [RidgeAccumulator(model.config.d_model, width) for _ in range(layers)]
+    settings = (mlp or MLPProbeSettings()) if kind == "mlp" else None
+    fitters: list[_LinearFit | _MLPFit] = [
+        _LinearFit(model.config.d_model, width, ridge)
+        if settings is None
+        else _MLPFit(sets, settings, device)
+        for _ in range(layers)
+    ]
+    positives = torch.zeros(width, dtype=torch.float64)
+    fitted = 0
     for ids in fit_windows:
         keep = fit_mask[ids.reshape(-1)]
         seen["fit"][ids.reshape(-1)[keep]] = True
         targets = _targets(sets, ids)[keep]
+        positives += targets.sum(0)
+        fitted += targets.shape[0]
         for layer, state in enumerate(layer_states(model, ids.to(device))):
-            accumulators[layer].add(
-                state.reshape(-1, state.shape[-1])[keep.to(state.device)], 2.0 * targets - 1.0
-            )
-    if accumulators[0].n == 0:
+            fitters[layer].add(state.reshape(-1, state.shape[-1])[keep.to(state.device)], targets)
+    if fitted == 0:
         raise ValueError("the bit probes got no positions to fit on")
-    probes = [accumulator.solve(ridge) for accumulator in accumulators]
-    majority = accumulators[0].sum_y >= 0  # the constant probe: each bit's more common value in the fit set
+    readers = [fitter.fit() for fitter in fitters]
+    majority = 2 * positives >= fitted  # the constant probe: each bit's more common value in the fit set
     correct = torch.zeros(layers, width, dtype=torch.float64)
     baseline = torch.zeros(width, dtype=torch.float64)
     scored = 0
@@ -165,22 +187,63 @@ def probe_code_bits(
         truth = _targets(sets, ids)[keep].bool()
         for layer, state in enumerate(layer_states(model, ids.to(device))):
             rows = state.reshape(-1, state.shape[-1])[keep.to(state.device)]
-            predicted = probes[layer].predict(rows.cpu()) >= 0
-            correct[layer] += (predicted == truth).sum(0)
+            correct[layer] += (readers[layer](rows) == truth).sum(0)
         baseline += (majority == truth).sum(0)
         scored += truth.shape[0]
     if scored == 0:
         raise ValueError("the bit probes got no positions to score on")
     accuracy, baseline = correct / scored, baseline / scored
     result: dict[str, Any] = {
+        "probe": kind,
         "split": split,
-        "positions": {"fit": accumulators[0].n, "score": scored},
+        "positions": {"fit": fitted, "score": scored},
         "types": {"fit": int(seen["fit"].sum()), "score": int(seen["score"].sum())},
         "shared_types": int((seen["fit"] & seen["score"]).sum()),
-        "ridge": ridge,
     }
+    if settings is None:
+        result["ridge"] = ridge
+    else:
+        result["mlp"] = settings.record()
     result["code_sets"] = _split_by_set(sets, accuracy, baseline)
     return result
+
+
+class _LinearFit:
+    """Ridge per bit on ±1 targets, from streamed sufficient statistics; the sign decides."""
+
+    def __init__(self, features: int, width: int, ridge: float) -> None:
+        self.accumulator, self.ridge = RidgeAccumulator(features, width), ridge
+
+    def add(self, rows: torch.Tensor, targets: torch.Tensor) -> None:
+        self.accumulator.add(rows, 2.0 * targets - 1.0)
+
+    def fit(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        probe = self.accumulator.solve(self.ridge)
+        return lambda rows: probe.predict(rows.cpu()) >= 0
+
+
+class _MLPFit:
+    """The fit rows kept (in float32 on the CPU), then one MLP per code set, so that a set's probe reads only
+    that set's bits."""
+
+    def __init__(self, sets: list[CodeSet], settings: MLPProbeSettings, device: torch.device) -> None:
+        self.sets, self.settings, self.device = sets, settings, device
+        self.rows: list[torch.Tensor] = []
+        self.targets: list[torch.Tensor] = []
+
+    def add(self, rows: torch.Tensor, targets: torch.Tensor) -> None:
+        self.rows.append(rows.detach().to("cpu", torch.float32))
+        self.targets.append(targets)
+
+    def fit(self) -> Callable[[torch.Tensor], torch.Tensor]:
+        x, y = torch.cat(self.rows), torch.cat(self.targets)
+        self.rows, self.targets = [], []  # the fits keep what they need
+        probes, start = [], 0
+        for code_set in self.sets:
+            part = y[:, start : start + code_set.num_bits]
+            start += code_set.num_bits
+            probes.append(fit_mlp(x, part, self.settings, self.device))
+        return lambda rows: torch.cat([probe.predict(rows) for probe in probes], dim=1)
 
 
 def _targets(sets: list[CodeSet], ids: torch.Tensor) -> torch.Tensor:

@@ -61,6 +61,7 @@ def analysis_markdown(
         _probe_note(probes, result["embeddings"]),
         "",
     ]
+    lines += _mlp_section(result, hashes)
     lines += _neighbour_section(result, hashes)
     lines += [
         f"{hashes}# Figures",
@@ -103,7 +104,7 @@ def _layer_table(result: dict[str, Any]) -> list[str]:
     sets = result["probes"]["code_sets"]
     emb = result["embeddings"]
     columns = ["layer"]
-    columns += [f"{name} bits: mean / min probe acc. (selectivity)" for name in sets]
+    columns += [f"{name} bits: mean / min linear probe acc. (selectivity)" for name in sets]
     columns += ["log-freq. R²"]
     with_reference = "cka_reference_table" in emb
     if with_reference:
@@ -115,11 +116,7 @@ def _layer_table(result: dict[str, Any]) -> list[str]:
         columns += [f"{emb['knn_overlap']['k']}-NN overlap with ref. table"]
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for layer, name in enumerate(result["layers"]):
-        cells = [f"{layer} ({name})"]
-        for s in sets.values():
-            selectivity = s.get("selectivity")
-            extra = f" ({_signed_pct(selectivity[layer])})" if selectivity else ""
-            cells.append(f"{_pct(s['mean_accuracy'][layer])} / {_pct(s['min_accuracy'][layer])}{extra}")
+        cells = [f"{layer} ({name})", *_probe_cells(sets, layer)]
         cells.append(_num(emb["frequency_r2"][layer]))
         if with_reference:
             ref_r2 = emb["reference_frequency_r2"]
@@ -130,6 +127,41 @@ def _layer_table(result: dict[str, Any]) -> list[str]:
             cells.append(_pct(emb["knn_overlap"]["values"][layer]))
         rows.append("| " + " | ".join(cells) + " |")
     return rows
+
+
+def _probe_cells(sets: dict[str, Any], layer: int) -> list[str]:
+    """Per code set: mean / min accuracy over the bits at ``layer``, with the selectivity in brackets."""
+    cells = []
+    for s in sets.values():
+        selectivity = s.get("selectivity")
+        extra = f" ({_signed_pct(selectivity[layer])})" if selectivity else ""
+        cells.append(f"{_pct(s['mean_accuracy'][layer])} / {_pct(s['min_accuracy'][layer])}{extra}")
+    return cells
+
+
+def _mlp_section(result: dict[str, Any], hashes: str) -> list[str]:
+    """The MLP probe's table (only when the analysis has one)."""
+    mlp = result.get("mlp_probes")
+    if mlp is None:
+        return []
+    settings = mlp["mlp"]
+    sets = mlp["code_sets"]
+    columns = ["layer", *(f"{name} bits: mean / min MLP probe acc. (selectivity)" for name in sets)]
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for layer, name in enumerate(result["layers"]):
+        rows.append("| " + " | ".join([f"{layer} ({name})", *_probe_cells(sets, layer)]) + " |")
+    return [
+        f"{hashes}# MLP probe (nonlinear)",
+        "",
+        f"The same positions, split and controls, read by one small MLP per layer and code set instead of a "
+        f"linear probe ({settings['hidden']} ReLU units in one hidden layer, AdamW for {settings['steps']:,} "
+        f"steps of {settings['batch']} rows, seed {settings['seed']}). It can read an XOR of code bits (an "
+        "`affine` model's canonical bits), which a linear probe cannot; selectivity is against the same MLP "
+        "probe on the untrained model.",
+        "",
+        *rows,
+        "",
+    ]
 
 
 def _signed_pct(value: float | None) -> str:
@@ -226,7 +258,8 @@ def _token(text: str) -> str:
 
 
 def draw_analysis_figures(result: dict[str, Any], figures_dir: Path) -> list[Path]:
-    """``probes.png`` (probe accuracy per layer and bit, and its mean against the baseline) and
+    """``probes.png`` (linear probe accuracy per layer and bit, and its mean against the baseline, with the MLP
+    probe's mean when there is one) and
     ``embeddings.png`` (CKA, log-frequency R² and k-NN overlap per layer); each written atomically."""
     import matplotlib
 
@@ -271,21 +304,32 @@ def _probe_figure(result: dict[str, Any]) -> Any:
         )
         ax.set_xlabel("layer ℓ (0 = interface output)")
         ax.set_ylabel("bit")
-        ax.set_title(f"{name} bits: probe accuracy")
+        ax.set_title(f"{name} bits: linear probe accuracy")
         ax.set_xticks(layers)
         figure.colorbar(image, ax=ax, fraction=0.046)
     ax = axes[-1]
+    mlp_sets = (result.get("mlp_probes") or {}).get("code_sets", {})
     for name, code_set in sets.items():
         (line,) = ax.plot(layers, code_set["mean_accuracy"], marker="o", label=f"{name} bits (mean)")
         ax.plot(layers, code_set["min_accuracy"], ls=":", color=line.get_color(), label=f"{name} bits (min)")
         ax.axhline(code_set["mean_majority_baseline"], ls="--", color=line.get_color(), lw=0.8)
+        if name in mlp_sets:
+            ax.plot(
+                layers,
+                mlp_sets[name]["mean_accuracy"],
+                marker="^",
+                ls="-.",
+                color=line.get_color(),
+                label=f"{name} bits (MLP probe, mean)",
+            )
     ax.set_ylim(0.45, 1.02)
     ax.set_xticks(layers)
     ax.set_xlabel("layer ℓ")
     ax.set_ylabel("held-out accuracy (dashed: majority baseline)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    figure.suptitle(f"{_title(result)}: current-token code bits read linearly from the residual state")
+    how = "by linear probes (dash-dot: MLP probe)" if mlp_sets else "by linear probes"
+    figure.suptitle(f"{_title(result)}: current-token code bits read from the residual state {how}")
     figure.tight_layout()
     return figure
 

@@ -22,6 +22,7 @@ from tablefree.analysis.embeddings import (
     token_counts,
 )
 from tablefree.analysis.linear import cka_null, linear_cka
+from tablefree.analysis.mlp import MLPProbeSettings
 from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, code_sets, probe_code_bits, random_labels
 from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
 from tablefree.analysis.states import effective_embeddings, layer_names
@@ -57,6 +58,7 @@ def run_analysis(
     log: Callable[[str], None] | None = None,
     split: str = "types",
     verify: bool = True,
+    mlp_probe: bool = False,
 ) -> dict[str, Any]:
     """Analyse ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory); returns the analysis dict.
 
@@ -67,9 +69,11 @@ def run_analysis(
     positions for the probes; ``words``: probe words for the neighbour lists (those that are one token);
     ``embedding_tokens``: limit the effective embeddings to that many of the most frequent tokens (memory is
     (L + 1)·n·d floats per model; None: every token seen in training); ``split``: the probes' fit/score
-    split, ``types`` (type-disjoint, the default) or ``positions``. Every probe is reported beside its controls:
-    the untrained model of the same interface and seed (built from the checkpoint's config and the seed in its
-    meta.json) and random per-type labels."""
+    split, ``types`` (type-disjoint, the default) or ``positions``; ``mlp_probe``: also fit the MLP probe (one
+    hidden ReLU layer, ``MLPProbeSettings()``), which can read XORs of code bits that the linear probe cannot,
+    under ``result["mlp_probes"]``. Every probe is reported beside its controls: the untrained model of the same
+    interface and seed (built from the checkpoint's config and the seed in its meta.json) and random per-type
+    labels."""
     started = time.perf_counter()
     say = log or (lambda _message: None)
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
@@ -83,9 +87,13 @@ def run_analysis(
     tok, tok_hash = matching_tokenizer(directory, data_dir, manifest, tokenizer, model.config.vocab_size)
     ref = load_reference(reference, model, tok_hash, device, verify) if reference is not None else None
 
-    say(f"bit probes on {data_dir}/val ({split} split), with controls")
+    say(f"linear bit probes on {data_dir}/val ({split} split), with controls")
     fit, score = probe_windows(model, data_dir, positions, batch_size, split)
-    probes = controlled_probes(model, _meta(directory).get("seed"), fit, score, split)
+    seed = _meta(directory).get("seed")
+    probes = controlled_probes(model, seed, fit, score, split)
+    if mlp_probe:
+        say("MLP bit probes, with the same controls")
+        mlp_probes = controlled_probes(model, seed, fit, score, split, kind="mlp")
     say("effective embeddings")
     counts = torch.from_numpy(token_counts(data_dir, model.config.vocab_size))
     embeddings = embedding_measures(
@@ -108,6 +116,7 @@ def run_analysis(
         "tokenizer_hash": tok_hash,
         "layers": layer_names(model),
         "probes": probes,
+        **({"mlp_probes": mlp_probes} if mlp_probe else {}),
         "embeddings": embeddings,
         "seconds": round(time.perf_counter() - started, 2),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -236,20 +245,24 @@ def controlled_probes(
     score: list[torch.Tensor],
     split: str = "types",
     ridge: float = DEFAULT_PROBE_RIDGE,
+    kind: str = "linear",
+    mlp: MLPProbeSettings | None = None,
 ) -> dict[str, Any]:
-    """The bit probes of ``model`` beside their controls: random per-type labels (a code set of its own) and
-    the same probes on the untrained model of the same interface and ``seed`` (``build_model``, as training
-    starts); per code set ``untrained_mean_accuracy`` and ``selectivity`` = mean accuracy − that, per layer.
-    Without a seed the untrained control is absent and ``controls`` says why."""
+    """The bit probes of ``model`` (``kind``: ``linear`` or ``mlp``, see ``probe_code_bits``) beside their
+    controls: random per-type labels (a code set of its own) and the same probes on the untrained model of the
+    same interface and ``seed`` (``build_model``, as training starts); per code set ``untrained_mean_accuracy``
+    and ``selectivity`` = mean accuracy − that, per layer. Without a seed the untrained control is absent and
+    ``controls`` says why."""
     vocab_size = model.config.vocab_size
     sets = [*code_sets(model), random_labels(vocab_size, num_bits(vocab_size))]
-    probes = probe_code_bits(model, fit, score, ridge=ridge, split=split, sets=sets)
+    options = {"ridge": ridge, "split": split, "sets": sets, "kind": kind, "mlp": mlp}
+    probes = probe_code_bits(model, fit, score, **options)
     if seed is None:
         probes["controls"] = {"untrained": None, "why": "no training seed in the checkpoint's meta.json"}
         return probes
     device = next(model.parameters()).device
     untrained = build_model(model.config, int(seed), device).eval()
-    control = probe_code_bits(untrained, fit, score, ridge=ridge, split=split, sets=sets)
+    control = probe_code_bits(untrained, fit, score, **options)
     probes["controls"] = {"untrained": {"seed": int(seed), "split": split}}
     for name, entry in probes["code_sets"].items():
         baseline = control["code_sets"][name]["mean_accuracy"]

@@ -48,10 +48,12 @@ def analyze_runs(
     device: str = "cpu",
     log: Callable[[str], None] = print,
     positions: int = DEFAULT_POSITIONS,
+    mlp_probe: bool = False,
 ) -> dict[str, str]:
     """Analyse each finished run into ``RUN/analysis`` (skipped when an analysis of the same checkpoint
-    against the same reference, by the current method, is there); returns run name → ``done``/``skipped``/``failed``. A failed
-    analysis is logged and recorded, never raised: it must not sink the sweep."""
+    against the same reference, by the current method, with the MLP probe if ``mlp_probe``, is there); returns
+    run name → ``done``/``skipped``/``failed``. A failed analysis is logged and recorded, never raised: it must
+    not sink the sweep."""
     finished = set(finished)
     outcome = {}
     for run in runs:
@@ -59,7 +61,7 @@ def analyze_runs(
             continue
         reference = reference_for(run, runs, finished)
         out = Path(run.directory) / ANALYSIS_DIR
-        if _up_to_date(out, run.directory, reference.directory if reference else None):
+        if _up_to_date(out, run.directory, reference.directory if reference else None, mlp_probe):
             outcome[run.name] = "skipped"
             continue
         log(f"[analysis] {run.name}" + (f" against {reference.name}" if reference else ""))
@@ -71,6 +73,7 @@ def analyze_runs(
                 out=out,
                 device=device,
                 positions=positions,
+                mlp_probe=mlp_probe,
             )
             outcome[run.name] = "done"
         except Exception as error:  # reported and recorded; the sweep goes on
@@ -79,10 +82,12 @@ def analyze_runs(
     return outcome
 
 
-def _up_to_date(out: Path, directory: Path, reference: Path | None) -> bool:
+def _up_to_date(out: Path, directory: Path, reference: Path | None, mlp_probe: bool = False) -> bool:
     previous = read_json(out / "analysis.json") if (out / "analysis.json").exists() else None
     if not previous or previous.get("method_version") != METHOD_VERSION:
         return False  # none yet, or made by an earlier method (uncontrolled probes, biased CKA): redone
+    if mlp_probe and "mlp_probes" not in previous:
+        return False
     wanted = str(resolve_checkpoint(reference)) if reference is not None else None
     recorded = (previous.get("reference") or {}).get("checkpoint")
     return previous.get("checkpoint") == str(resolve_checkpoint(directory)) and recorded == wanted
@@ -95,23 +100,43 @@ def _up_to_date(out: Path, directory: Path, reference: Path | None) -> bool:
 _MEASURES = (
     (
         ("probes", "code_sets", "canonical", "mean_accuracy"),
-        "Canonical-bit probe accuracy (mean over bits)",
+        "Canonical-bit linear probe accuracy (mean over bits)",
         True,
     ),
     (
         ("probes", "code_sets", "canonical", "selectivity"),
-        "Canonical bits: selectivity (accuracy − the untrained model's, same interface and seed)",
+        "Canonical bits, linear probe: selectivity (accuracy − the untrained model's, same interface and seed)",
         True,
     ),
-    (("probes", "code_sets", "interface", "mean_accuracy"), "The interface's own code: probe accuracy", True),
+    (
+        ("probes", "code_sets", "interface", "mean_accuracy"),
+        "The interface's own code: linear probe accuracy",
+        True,
+    ),
     (
         ("probes", "code_sets", "interface", "selectivity"),
-        "The interface's own code: selectivity (accuracy − the untrained model's)",
+        "The interface's own code, linear probe: selectivity (accuracy − the untrained model's)",
         True,
     ),
     (
         ("probes", "code_sets", "random labels", "mean_accuracy"),
-        "Control: random per-type labels, probe accuracy",
+        "Control: random per-type labels, linear probe accuracy",
+        True,
+    ),
+    # the MLP probe's rows appear only for runs analysed with it (``mlp_probe``)
+    (
+        ("mlp_probes", "code_sets", "canonical", "mean_accuracy"),
+        "Canonical-bit MLP probe accuracy (mean over bits)",
+        True,
+    ),
+    (
+        ("mlp_probes", "code_sets", "canonical", "selectivity"),
+        "Canonical bits, MLP probe: selectivity (accuracy − the untrained model's, same interface and seed)",
+        True,
+    ),
+    (
+        ("mlp_probes", "code_sets", "random labels", "mean_accuracy"),
+        "Control: random per-type labels, MLP probe accuracy",
         True,
     ),
     (
@@ -225,8 +250,9 @@ def sweep_analysis_markdown(summary: dict[str, Any] | None, level: int = 2) -> s
         "From `tablefree analyze` on every finished run (docs/analysis.md). Reference: the `learned` run of the "
         "same seed; a `learned` run is compared with the `learned` run of another seed (the ceiling). Cells: "
         "mean over seeds (95% t interval over seeds) [min, max]; layer 0 is the interface output, layer ℓ the "
-        "state after block ℓ. Probes are type-disjoint unless the run's analysis says otherwise; read each "
-        "probe against its controls (selectivity, random labels) and each CKA against its null.",
+        "state after block ℓ. Probes are linear (ridge) unless titled MLP, and type-disjoint unless the run's "
+        "analysis says otherwise; read each probe against its controls (selectivity, random labels) and each "
+        "CKA against its null.",
     ]
     for point in summary["points"]:
         if point["name"]:

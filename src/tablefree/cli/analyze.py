@@ -14,12 +14,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "analyze",
         help="what the layers build from the input: bit probes per layer, effective embeddings vs a learned table",
-        description="Probe each layer's residual state on held-out text for the current token's code bits, and "
+        description="Probe each layer's residual state on held-out text for the current token's code bits "
+        "(linear probes; with --mlp-probe also a one-hidden-layer MLP probe), and "
         "compare the effective embeddings E_l(t) (the state after layer l for token t alone) with a reference "
         "model's learned table: linear CKA, log-frequency R², nearest neighbours. Writes analysis.json, "
         "analysis.md and figures/*.png into --out (see docs/analysis.md). Python API: "
         "tablefree.analysis.run_analysis(checkpoint, reference=..., data=..., out=..., positions=..., words=..., "
-        "device=..., split=...).",
+        "device=..., split=..., mlp_probe=...).",
     )
     parser.add_argument(
         "checkpoint", help="checkpoint directory, run directory, or directory of step_* checkpoints"
@@ -48,7 +49,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--positions",
         type=positive_int,
         default=DEFAULT_POSITIONS,
-        help="held-out positions for the bit probes, 3/4 to fit and 1/4 to score (default: %(default)s)",
+        help="held-out positions for the bit probes: under the type split about half fit and half score, under "
+        "the position split 3/4 fit and 1/4 score (default: %(default)s)",
     )
     parser.add_argument(
         "--words",
@@ -70,6 +72,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default="types",
         help="bit probes fitted on half the token types and scored on the other half (types, the test of "
         "whether a code is decoded), or on positions that may share types (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mlp-probe",
+        action="store_true",
+        help="also fit a one-hidden-layer MLP probe per layer and code set (256 ReLU units, AdamW, seeded), with "
+        "the same split and controls: it can read XORs of code bits (an affine model's canonical bits) that a "
+        "linear probe cannot; it keeps the fit positions' states in memory (default: linear probes only)",
     )
     parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
@@ -116,15 +125,17 @@ def run(args: argparse.Namespace) -> int:
         log=print,
         split=args.split,
         verify=not args.no_verify,
+        mlp_probe=args.mlp_probe,
     )
-    for name, code_set in result["probes"]["code_sets"].items():
-        accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])
-        selectivity = code_set.get("selectivity")
-        extra = (
-            "; selectivity vs the untrained model: " + ", ".join(f"{100 * v:+.1f}" for v in selectivity)
-            if selectivity
-            else ""
-        )
-        print(f"{name} bits, mean probe accuracy per layer: {accuracies}{extra}")
+    for key, kind in (("probes", "linear"), ("mlp_probes", "MLP")):
+        for name, code_set in result.get(key, {}).get("code_sets", {}).items():
+            accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])
+            selectivity = code_set.get("selectivity")
+            extra = (
+                "; selectivity vs the untrained model: " + ", ".join(f"{100 * v:+.1f}" for v in selectivity)
+                if selectivity
+                else ""
+            )
+            print(f"{name} bits, mean {kind} probe accuracy per layer: {accuracies}{extra}")
     print(f"analysis.md, analysis.json and figures/ in {result['out']}")
     return 0
