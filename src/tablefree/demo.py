@@ -182,8 +182,8 @@ def packaged_config(name: str) -> Path:
 
 def demo_recipe(budget: str | None = None) -> dict:
     """The demo's training recipe: the packaged tiny recipe with ``DEMO_OVERRIDES`` (and ``budget``)."""
-    from tablefree.sweep.config import deep_merge
     from tablefree.config_parsing import load_yaml
+    from tablefree.sweep.config import deep_merge
 
     recipe = deep_merge(load_yaml(packaged_config("tiny.yaml")), DEMO_OVERRIDES)
     recipe.pop("data", None)  # the demo's own dataset
