@@ -391,9 +391,11 @@ def synthetic_runs(tmp_path: Path, budgets: list[int], seeds: list[int]) -> tupl
                 )
                 if budget != budgets[-1]:
                     trunk = f"{budgets[-1]}/{interface}-s{seed}"
-                    (directory / "branch.json").write_text(
-                        json.dumps({"trunk": trunk, "step": budget // 1250})
-                    )
+                    record = {"trunk": trunk, "trunk_dir": f"../../{trunk}", "step": budget // 1250}
+                    (directory / "branch.json").write_text(json.dumps(record))
+                else:  # the trunk keeps a checkpoint at every branch step
+                    with open(directory / "config.yaml", "a") as recipe:
+                        recipe.write(f"checkpoint_steps: {[b // 1250 for b in budgets[:-1]]}\n")
                 loss = floor + 40.0 * budget**-0.3 + 0.01 * seed
                 runs.append(
                     Run(
@@ -527,3 +529,148 @@ def test_a_damaged_trunk_checkpoint_names_the_trunk_and_the_way_out(tmp_path: Pa
     assert f"{step / 'model.safetensors'}: damaged" in message
     assert f"delete {trunk} and re-run the command" in message
     assert not (branch / "checkpoints").exists() and not (branch / "branch.json").exists()
+
+
+def test_a_branch_record_is_verified_against_its_trunk(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """issue 35: a deleted branch.json, or one whose step was edited, is refused by the report and by --status,
+    naming the file and the way out: never counted as trained from scratch, nor at a step it did not start
+    from."""
+    from tablefree.cli import main
+    from tablefree.sweep.branch_record import read_branch
+    from tablefree.sweep.status import sweep_status
+
+    data = topics_dataset(tmp_path)
+    config = branched(tmp_path, data)
+    config.interfaces, config.seeds = ["canonical"], [1]
+    result = run_sweep(config, report=False, log=lambda _: None)
+    assert set(result["runs"].values()) == {"done"}
+    runs = tmp_path / "sweep" / "runs"
+    trunk, short, middle = (runs / f"{n}steps" / "canonical-s1" for n in (32, 8, 16))
+    assert read_branch(trunk) is None  # its records are shared with its branches, which are shorter
+    assert (read_branch(short)["step"], read_branch(middle)["step"]) == (6, 12)
+    plans = plan_runs(config)
+    assert {entry["state"] for entry in sweep_status(config, plans).values()} == {"done"}
+    record_path = short / "branch.json"
+    record = json.loads(record_path.read_text())
+    way_out = f"delete {short} and re-run the sweep command"
+
+    def refused(pattern: str) -> None:
+        with pytest.raises(ValueError, match=pattern) as error:
+            read_branch(short)
+        assert str(record_path) in str(error.value) and way_out in str(error.value)
+        with pytest.raises(ValueError, match=pattern):
+            sweep_status(config, plans)
+        assert main(["report", str(tmp_path / "sweep")]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("tablefree report: error: ") and str(record_path) in line and way_out in line
+
+    # the step moved to the other branch's: that checkpoint of the trunk is not the one it started from
+    record_path.write_text(json.dumps({**record, "step": 12}))
+    refused("is not 32steps/canonical-s1's checkpoint at step 12")
+    # without the digests, its metrics past step 6 are its own, not the trunk's
+    record_path.write_text(
+        json.dumps({**{k: v for k, v in record.items() if k != "checkpoint_sha256"}, "step": 12})
+    )
+    refused(r"metrics.jsonl up to step 12 is not 32steps/canonical-s1's")
+    # a step the trunk kept no checkpoint at
+    record_path.write_text(json.dumps({**record, "step": 7}))
+    refused("step 7 is no branch step of its trunk 32steps/canonical-s1")
+    # an earlier step than the real one: the metrics after it are still the trunk's
+    middle_record = json.loads((middle / "branch.json").read_text())
+    (middle / "branch.json").write_text(
+        json.dumps({**middle_record, "step": 6, "checkpoint_sha256": record["checkpoint_sha256"]})
+    )
+    with pytest.raises(ValueError, match="started from it later than step 6"):
+        read_branch(middle)
+    (middle / "branch.json").write_text(json.dumps(middle_record))
+    # deleted: its copied records show where it came from
+    record_path.unlink()
+    refused(r"branch.json is missing, but .* begins with the records of 32steps/canonical-s1")
+    # the trunk's records gone too, only the plan can tell: the step is the branch's own decay start
+    (trunk / "metrics.jsonl").unlink()
+    record_path.write_text(
+        json.dumps({**{k: v for k, v in record.items() if k != "checkpoint_sha256"}, "step": 12})
+    )
+    assert read_branch(short)["step"] == 12
+    with pytest.raises(
+        ValueError, match=r"branch.json: step 12, but 8steps/canonical-s1's budget decays from step 6"
+    ):
+        sweep_status(config, plans)
+
+
+def test_the_selection_split_is_checked_against_the_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """issue 35: a selection split that sets no window aside, or none for a rate grid that chooses on it, is
+    refused in one line naming train.data.select_every before anything is written; a budget grid needs none."""
+    from tablefree.cli import main
+
+    data = make_dataset(tmp_path / "data")
+    seq_len = RECIPE["seq_len"]
+    windows = TokenLoader.from_dir(data, "train", seq_len, 1).num_chunks
+    out = tmp_path / "sweep"
+
+    def check(select_every: int, grid: dict) -> None:
+        config = branched(tmp_path, data)
+        config.train = {**RECIPE, "budget": "8 steps", "data": {"select_every": select_every}}
+        config.grid = from_dict(CompareConfig, {"grid": grid}).grid
+        check_sweep(config, plan_runs(config))
+
+    from tablefree.sweep.plan import check_sweep
+
+    check(windows, {"budget": ["8 steps", "16 steps"]})  # one window set aside
+    check(0, {"budget": ["8 steps", "16 steps"]})  # a budget grid chooses nothing: no split is the default
+    with pytest.raises(
+        ValueError, match=rf"train\.data\.select_every: {windows + 1} sets none of the dataset's"
+    ):
+        check(windows + 1, {"budget": ["8 steps", "16 steps"]})
+    with pytest.raises(ValueError, match=r"train\.data\.select_every: 0 leaves grid\.lr no selection split"):
+        check(0, {"lr": [1e-3, 2e-3]})
+    path = tmp_path / "c.yaml"
+    for select_every, grid, expected in (
+        (10**9, "budget: [8 steps, 16 steps]", "train.data.select_every: 1000000000 sets none"),
+        (0, "lr: [1.0e-3, 2.0e-3]", "train.data.select_every: 0 leaves grid.lr no selection split"),
+    ):
+        path.write_text(
+            f"interfaces: [learned]\ndataset: {{dir: {data}}}\ngrid: {{{grid}}}\n"
+            f"train: {json.dumps({**RECIPE, 'budget': '8 steps', 'data': {'select_every': select_every}})}\n"
+        )
+        assert main(["compare", "--config", str(path), f"out={out}"]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("tablefree compare: error: recipe of ") and expected in line
+        assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "budgets, schedule, expected",
+    [
+        (["8 steps", "16 steps"], "cosine", "grid.branch: 16steps/learned-s0 uses schedule.name='cosine'"),
+        ([0, "16 steps"], "wsd", "grid.budget[0]: expected a positive budget"),
+        (["8 steps", "0 steps"], "wsd", "grid.budget[1]: expected a positive budget"),
+    ],
+)
+def test_a_branched_grid_that_cannot_branch_is_refused_before_anything_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture, budgets: list, schedule: str, expected: str
+) -> None:
+    """issue 35: a branched grid with a cosine schedule or a zero budget: one line naming the field, no files."""
+    from tablefree.cli import main
+
+    data = make_dataset(tmp_path / "data")
+    recipe = {**RECIPE, "schedule": {"name": schedule, "warmup_steps": 2}}
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        json.dumps(
+            {
+                "interfaces": ["learned"],
+                "dataset": {"dir": str(data)},
+                "grid": {"budget": budgets, "branch": True},
+                "train": recipe,
+            }
+        )
+    )
+    before = sorted(tmp_path.rglob("*"))
+    for extra in ([], ["--status"]):
+        assert main(["compare", "--config", str(path), f"out={tmp_path / 'out'}", *extra]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("tablefree compare: error: ") and expected in line, line
+    assert sorted(tmp_path.rglob("*")) == before

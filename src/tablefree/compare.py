@@ -30,7 +30,7 @@ from tablefree.report import build_report
 from tablefree.sweep.config import CompareConfig, load_compare_config
 from tablefree.sweep.dataset import prepare_data
 from tablefree.sweep.local import run_local
-from tablefree.sweep.plan import check_eval_data, check_sweep, plan_runs
+from tablefree.sweep.plan import check_plans, check_sweep, plan_runs
 from tablefree.sweep.record import write_sweep_config
 from tablefree.sweep.slurm import submit_sweep
 
@@ -42,7 +42,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     (``{"out": dir, "runs": {name: state}, "failed": [names], "report": report dict or None}``)."""
     out = config.out_dir
     plans = plan_runs(config)
-    check_eval_data(config)  # before a long data preparation
+    check_plans(config, plans)  # before a long data preparation
     prepare_data(config, log)
     check_sweep(config, plans)
     out.mkdir(parents=True, exist_ok=True)

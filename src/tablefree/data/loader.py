@@ -239,6 +239,18 @@ def _split_info(manifest: dict, data_dir: str | Path, split: str) -> dict:
     return splits[split]
 
 
+def split_windows(manifest: dict, data_dir: str | Path, split: str, seq_len: int) -> int:
+    """The windows of ``seq_len + 1`` tokens a split's ``TokenLoader`` reads, from the manifest's shard sizes."""
+    return sum(
+        shard_windows(shard["tokens"], seq_len) for shard in _split_info(manifest, data_dir, split)["shards"]
+    )
+
+
+def shard_windows(tokens: int, seq_len: int) -> int:
+    """The windows of ``seq_len + 1`` tokens (inputs and their next-token targets) a shard of ``tokens`` holds."""
+    return max(0, (tokens - 1) // seq_len)
+
+
 def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
     """Document boundaries of a split's token stream (its shards concatenated in order): an int64 array
     ``b`` of N + 1 offsets, document j being tokens ``[b[j], b[j+1])`` (its first token is the EOT that
@@ -320,7 +332,7 @@ class TokenLoader:
         self.seed, self.rank, self.world_size, self.shuffle = seed, rank, world_size, shuffle
         self.paths = [Path(p) for p in shards]
         self._tokens = [open_shard(p) for p in self.paths]
-        per_shard = np.array([max(0, (len(t) - 1) // seq_len) for t in self._tokens], dtype=np.int64)
+        per_shard = np.array([shard_windows(len(t), seq_len) for t in self._tokens], dtype=np.int64)
         self.num_chunks = int(per_shard.sum())
         if self.num_chunks == 0:
             raise ValueError(

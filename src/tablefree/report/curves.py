@@ -14,9 +14,9 @@ from typing import Any
 
 from tablefree import scaling
 from tablefree.config_parsing import load_yaml, parse_token_budgets
-from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
+from tablefree.sweep.branch_record import read_branch
 from tablefree.sweep.grid import BUDGET, MODEL, recorded_points, same_except
 
 
@@ -107,7 +107,7 @@ def _branching(runs: list[Run]) -> dict[str, Any]:
     for run in runs:
         summary = run.summary or {}
         tokens = float(summary.get("tokens_seen") or 0)
-        branch = read_json(run.directory / RUN_FILES["branch"], default=None)
+        branch = read_branch(run.directory)
         batch_tokens = load_yaml(run.directory / RUN_FILES["config"])["batch_tokens"]
         from_scratch += tokens
         trained += tokens - (branch["step"] * batch_tokens if branch else 0)

@@ -12,7 +12,8 @@ from typing import Any
 from tablefree.compat import ESTIMATE_KEYS
 from tablefree.fileio import read_json
 from tablefree.report import comparison
-from tablefree.rundir import RUN_FILES, Run
+from tablefree.rundir import Run
+from tablefree.sweep.branch_record import read_branch
 
 DATA_FILE = "report_data.json"
 FORMAT = "tablefree-report-data/1"
@@ -44,7 +45,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "completed": summary.get("completed"),
         "metrics": run.metric_values(),
         # a budget branch resumes its trunk's checkpoint: its wall time and tokens/s include the trunk's up to it
-        "branched_at_step": (read_json(run.directory / RUN_FILES["branch"], default=None) or {}).get("step"),
+        "branched_at_step": (read_branch(run.directory) or {}).get("step"),
     }
 
 

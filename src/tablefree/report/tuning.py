@@ -2,8 +2,10 @@
 and the rate chosen, and each pair's gap at one shared rate beside the gap at each interface's own best rate.
 
 The choice is made on the *selection split* (the training windows every run held out, ``data.select_every``;
-``selection.json`` in each run), never on the validation split that gives the verdicts. Without a selection
-split the in-training estimate decides, and the report says that this reads windows of the validation split.
+``selection.json`` in each run), never on the validation split that gives the verdicts. A new sweep with rates
+always has one (``tablefree.sweep.plan.check_plans``); for a sweep directory from before that check, without a
+selection split, the in-training estimate decides, and the report says that this reads windows of the
+validation split.
 """
 
 from __future__ import annotations

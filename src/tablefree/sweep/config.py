@@ -19,6 +19,7 @@ from tablefree.config_parsing import (
 from tablefree.interfaces import INTERFACES
 from tablefree.launch import SlurmSpec
 from tablefree.sweep.grid import GridPoint, point_name
+from tablefree.train.recipe import parse_budget
 
 
 @dataclass
@@ -90,6 +91,14 @@ class GridSpec:
             self.lr = {name: _rates(rates, f"grid.lr.{name}") for name, rates in self.lr.items()}
         else:
             _rates(self.lr, "grid.lr")
+        for index, budget in enumerate(self.budget):
+            try:
+                parse_budget(budget)
+            except ValueError:
+                raise ValueError(
+                    f"grid.budget[{index}]: expected a positive budget (tokens such as 500k, or '500 steps'), "
+                    f"got {budget!r}"
+                ) from None
         if self.branch and len(self.budget) < 2:
             raise ValueError(
                 f"grid.branch: needs at least two budgets to branch, got grid.budget={self.budget}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tablefree.config_parsing import from_dict
-from tablefree.data.loader import read_manifest
+from tablefree.data.loader import read_manifest, split_windows
 from tablefree.evaluate import get_task
 from tablefree.evaluate.tasks import check_task_files
 from tablefree.params import param_breakdown
@@ -134,21 +134,49 @@ def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
 
 
 def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
-    """Everything knowable before training, for every run: its recipe builds a model (interface options
-    included) on the dataset's vocabulary, its step plan holds (batch, budget, warmup), and the evaluation's
-    tasks and files exist."""
-    check_eval_data(config)
-    vocab = None
+    """Everything knowable before training, for every run: ``check_plans``, its recipe builds a model
+    (interface options included) on the dataset's vocabulary, its step plan holds (batch, budget, warmup), and
+    its selection split (``data.select_every``) sets windows aside and leaves most of them to training."""
+    check_plans(config, plans)
+    manifest = None
     for plan in plans:
         train_config = plan.train_config
-        if vocab is None and (Path(train_config.data.dir) / "manifest.json").exists():
-            vocab = read_manifest(train_config.data.dir).get("vocab_size")
+        if manifest is None and (Path(train_config.data.dir) / "manifest.json").exists():
+            manifest = read_manifest(train_config.data.dir)
         try:
-            model_config = train_config.model.build(vocab)
+            model_config = train_config.model.build(manifest.get("vocab_size") if manifest else None)
             param_breakdown(model_config)  # builds the model on the meta device
-            step_plan(train_config, model_config, max(1, config.launch.nproc_per_node))  # steps, warmup
+            steps = step_plan(train_config, model_config, max(1, config.launch.nproc_per_node))  # warmup
         except (ValueError, TypeError, KeyError) as error:
             raise ValueError(f"recipe of {plan.name}: {error}") from error
+        if manifest is not None and plan.select_every:
+            check_selection_split(
+                plan, split_windows(manifest, train_config.data.dir, "train", steps.seq_len)
+            )
+
+
+def check_plans(config: CompareConfig, plans: list[RunPlan]) -> None:
+    """What needs no dataset, checked before one is prepared: the evaluation's files (``check_eval_data``), and
+    a selection split in every run of a rate grid, which chooses each interface's rate on it."""
+    check_eval_data(config)
+    if config.grid.lr:
+        for plan in plans:
+            if not plan.select_every:
+                raise ValueError(
+                    f"recipe of {plan.name}: train.data.select_every: 0 leaves grid.lr no selection split to "
+                    "choose each interface's rate on; set train.data.select_every: k (every k-th training window "
+                    "held out, e.g. 50)"
+                )
+
+
+def check_selection_split(plan: RunPlan, windows: int) -> None:
+    """``data.select_every: k`` must set at least one of the dataset's training windows aside (k <= windows);
+    k >= 2, which the recipe checks, leaves most of them to training."""
+    if plan.select_every > windows:
+        raise ValueError(
+            f"recipe of {plan.name}: train.data.select_every: {plan.select_every} sets none of the dataset's "
+            f"{windows:,} training windows aside (every k-th is held out); expected 2 to {windows:,}"
+        )
 
 
 def check_eval_data(config: CompareConfig) -> None:

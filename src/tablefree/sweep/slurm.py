@@ -17,7 +17,7 @@ from tablefree.fileio import read_json
 from tablefree.rundir import RUN_FILES
 from tablefree.sweep.config import CompareConfig
 from tablefree.sweep.dataset import prepare_data
-from tablefree.sweep.plan import RunPlan, check_eval_data, check_sweep, plan_runs
+from tablefree.sweep.plan import RunPlan, check_plans, check_sweep, plan_runs
 from tablefree.sweep.record import write_sweep_config, write_yaml_atomic
 from tablefree.sweep.run import execute_run, train_run
 from tablefree.sweep.status import jobs_folder, run_state, sweep_status
@@ -85,9 +85,9 @@ def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
     --only RUN``), run from this directory (``--chdir``). A budget branch starts from its trunk's checkpoint, so
     the branches of unfinished trunks go in a second script (``PATH`` with ``-branches``), submitted with
     ``--dependency=afterok`` on the first: they start once every run of the first has finished."""
-    check_eval_data(config)
-    prepare_data(config, log)
     plans = plan_runs(config)
+    check_plans(config, plans)  # before a long data preparation
+    prepare_data(config, log)
     states = {run.name: run_state(run, config.eval) for run in plans}
     todo = [run for run in plans if states[run.name] != "done"]
     if not todo:

@@ -9,6 +9,7 @@ from pathlib import Path
 from tablefree import launch
 from tablefree.fileio import read_json
 from tablefree.rundir import RUN_FILES
+from tablefree.sweep.branch_record import read_branch
 from tablefree.sweep.config import CompareConfig, EvalSpec
 from tablefree.sweep.plan import RunPlan
 
@@ -33,6 +34,18 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     return "done" if current and per_document and examples and selection else "trained"
 
 
+def check_branch(run: RunPlan) -> None:
+    """A branch's ``branch.json`` verified against its trunk (``read_branch``) and its step against the plan's:
+    the branch step is the decay start of the run's own budget, whichever run was its trunk."""
+    record = read_branch(run.directory)
+    if record is not None and run.branch is not None and record["step"] != run.branch.step:
+        raise ValueError(
+            f"{run.directory / RUN_FILES['branch']}: step {record['step']}, but {run.name}'s budget decays from "
+            f"step {run.branch.step}, where it branches; delete {run.directory} and re-run the sweep command (it "
+            "branches that run again from its trunk's checkpoint)"
+        )
+
+
 def jobs_folder(config: CompareConfig) -> Path:
     return Path(config.launch.slurm.folder or config.out_dir / "slurm")
 
@@ -44,6 +57,7 @@ def sweep_status(config: CompareConfig, plans: list[RunPlan]) -> dict[str, dict[
     queue = launch.queue_states(config.launch.slurm) if jobs else {}
     status = {}
     for run in plans:
+        check_branch(run)
         state = run_state(run, config.eval)
         recorded = (read_json(run.directory / RUN_FILES["status"], default=None) or {}).get("state")
         if state != "done" and recorded in ("failed", "interrupted", "running"):
