@@ -144,11 +144,16 @@ def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
 
 
 def score_selection(run: RunPlan, spec: EvalSpec) -> dict[str, Any]:
-    """The run's final model on the training windows it held out (``data.select_every``)."""
+    """The run's final model on the training windows it held out (``data.select_every``), cut at the recipe's
+    ``seq_len`` as the trainer cut them (not the model's ``max_seq_len``, which may be longer)."""
     model, checkpoint = load_model(run.directory, device=spec.device)
     model.eval()
     result = selection_metrics(
-        model, run.train_config.data.dir, model.config.max_seq_len, run.select_every, spec.batch_size
+        model,
+        run.train_config.data.dir,
+        run.train_config.seq_len or model.config.max_seq_len,
+        run.select_every,
+        spec.batch_size,
     )
     return {**result, "checkpoint": os.path.relpath(checkpoint, run.directory)}
 
