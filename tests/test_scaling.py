@@ -121,6 +121,11 @@ def test_refusals_name_what_is_short():
         scaling.check_design(study(None, budgets=BUDGETS[:4] * [1, 1, 1, 1]))
     with pytest.raises(ValueError, match=r"spanning 16× or more, got 8.00× \(1M to 8M\)"):
         scaling.check_design(study(None, budgets=np.geomspace(1e6, 8e6, 5)))
+    # whole steps: 525k and 8.4M at 4,096 tokens a step are 129 and 2,051 steps, 15.9×, and count as 16×
+    steps = np.array([129, 257, 513, 1026, 2051])
+    assert scaling.check_design(study(None, budgets=steps * 4096.0)) is not None
+    with pytest.raises(ValueError, match=r"spanning 16× or more, got 15.8× \(528k to 8.36M\)"):
+        scaling.check_design(study(None, budgets=np.array([129, 257, 513, 1026, 2040]) * 4096.0))
     rows = [
         o
         for o in study(None, seeds=4)

@@ -7,7 +7,7 @@ trainable parameter count N where known. Points along one run (the in-training e
 anneal, not the budget, and their errors are correlated. ``observations_from_dicts`` refuses a second loss for
 the same (interface, seed, tokens, params).
 
-**Refusals.** A fit needs at least 5 budgets spanning at least 16×, and at least 3 seeds that have a run at
+**Refusals.** A fit needs at least 5 budgets spanning at least 16× (less 1% for budgets rounded to whole steps), and at least 3 seeds that have a run at
 every budget for every interface (the paired design); short data raise a ValueError that says what is short.
 """
 
@@ -24,6 +24,9 @@ from tablefree.units import human
 
 MIN_BUDGETS = 5
 MIN_SPAN = 16.0
+# Budgets are trained in whole optimizer steps, so a grid declared 16× apart realises a little less (525k and 8.4M
+# at 4,096 tokens a step: 129 and 2,051 steps, 15.9×); a span this close (relative) below the minimum counts.
+SPAN_ROUNDING = 0.01
 MIN_SEEDS = 3
 EXACT = 1e-9  # nats/token: a fit's miss or a backtest's error this small is rounding (noiseless points)
 RATIO_TOLERANCE = 0.05  # tokens-per-parameter ratios this close (relative) are one ratio of a size fit
@@ -121,7 +124,7 @@ def check_design(
             f"{what_for} needs {min_budgets} or more {what}, got {len(xs)} ({', '.join(map(human, xs))})"
         )
     span = xs[-1] / xs[0]
-    if span < min_span:
+    if span < min_span * (1 - SPAN_ROUNDING):
         raise ValueError(
             f"{what_for} needs {what} spanning {min_span:g}× or more, got {stats.fmt(span)}× "
             f"({human(xs[0])} to {human(xs[-1])})"
