@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
         pytest.skip(f"no SLURM cluster on this machine: {error}")
 
 
-def _wait(predicate, timeout_s: float, what: str) -> None:
+def _wait(predicate: Callable[[], bool], timeout_s: float, what: Callable[[], str]) -> None:
+    """Wait for ``predicate``; on timeout raise with ``what()``, the state at that moment."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise TimeoutError(what)
+            raise TimeoutError(what())
         time.sleep(0.2)
 
 
@@ -65,16 +67,24 @@ def test_sweep_on_slurm_preempted_requeued_resumed_and_reported_as_locally(
     assert "_" in job  # an array task: ARRAY_TASK
 
     metrics = target.directory / "metrics.jsonl"
-    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 300, "no training step")
-    # slurmctld 22.05 delivers the signal, yet answers "Job can not be altered now, try again later" for an
-    # array task; scancel retries for a while, so the task may be preempted a second time after its requeue
-    # (each resume is exact: the report below equals the local one).
-    subprocess.run(["scancel", f"--signal={launch.PREEMPT_SIGNAL.name[3:]}", job], check=True)
+    _wait(
+        lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3,
+        300,
+        lambda: "no training step",
+    )
+    # The signal goes to the task's job step (JOB.0, submitit's srun), as SLURM's --signal does before a time
+    # limit. Signalled as a job, an array task whose array still has pending tasks gets the signal, yet
+    # slurmctld 22.05 answers "Job can not be altered now, try again later" and scancel retries for a while: a
+    # retry reaching the requeued task while it unpickles, before submitit installs its handler, kills it
+    # (exit 140, no requeue), and the run stays interrupted.
+    subprocess.run(
+        ["scancel", f"--signal={launch.PREEMPT_SIGNAL.name[3:]}", f"{job}.0"], check=True, timeout=60
+    )
 
     _wait(
         lambda: all(e["state"] == "done" for e in sweep_status(sweep, plans).values()),
         600,
-        f"the sweep did not finish: {sweep_status(sweep, plans)}",
+        lambda: f"the sweep did not finish: {sweep_status(sweep, plans)}",
     )
     controller_log = (Path(cluster["SLURM_CONF"]).parent / "log" / "slurmctld.log").read_text()
     assert f"Requeuing JobId={job}(" in controller_log  # submitit's scontrol requeue, after the save
