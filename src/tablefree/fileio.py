@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import json.scanner
@@ -19,7 +20,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 RAISE: Any = object()  # read_json's default for a missing file: FileNotFoundError
 
@@ -211,3 +212,22 @@ def sha256_file(path: str | Path) -> str:
         while block := handle.read(1 << 24):
             digest.update(block)
     return digest.hexdigest()
+
+
+def try_pid_lock(path: str | Path) -> tuple[IO[str] | None, str]:
+    """An exclusive ``flock`` on ``path`` with this process's pid written in it: (the open file, which holds the
+    lock until it is closed; the kernel releases it however the process exits), or (None, the holder's pid as
+    written, "unknown" if none) when another process holds it."""
+    handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (returned open: the caller holds the lock)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        return None, holder
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle, str(os.getpid())

@@ -10,7 +10,6 @@ when the process exits, however it exits), so two processes never write one part
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import itertools
 import os
@@ -24,7 +23,7 @@ from tablefree.data.corpus import CorpusSummary
 from tablefree.data.documents import SPLITS, LocalDocuments
 from tablefree.data.shards import dtype_for_vocab
 from tablefree.data.tokenizing import TokenSink, tokenize_documents
-from tablefree.fileio import read_json, sha256_file, write_json_atomic
+from tablefree.fileio import read_json, sha256_file, try_pid_lock, write_json_atomic
 
 PARTS_DIR = "parts"  # in the dataset directory: one directory per part, I-of-N
 PART_FILE = "part.json"  # written last: its presence marks a finished part
@@ -102,20 +101,13 @@ class PartWriter:
 def _part_lock(directory: Path, index: int, n: int) -> Iterator[None]:
     """Hold the part's lock, or refuse in one line when another process holds it."""
     path = directory / LOCK_FILE
-    with open(path, "a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise ValueError(
-                f"{directory}: part {index}/{n} is being prepared by another process now (pid {holder}; lock "
-                f"{path}); wait for it to finish, or stop it and run `data prepare --part {index}/{n}` again"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+    handle, holder = try_pid_lock(path)
+    if handle is None:
+        raise ValueError(
+            f"{directory}: part {index}/{n} is being prepared by another process now (pid {holder}; lock "
+            f"{path}); wait for it to finish, or stop it and run `data prepare --part {index}/{n}` again"
+        )
+    with handle:
         yield  # closing the file releases the lock
 
 

@@ -10,7 +10,6 @@ trained with.
 from __future__ import annotations
 
 import fcntl
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,7 +27,7 @@ from tablefree.checkpoint.layout import (
 from tablefree.checkpoint.training import read_meta, verify_digests
 from tablefree.config_parsing import load_yaml, to_dict
 from tablefree.data.loader import Dataset
-from tablefree.fileio import read_json, write_json_atomic
+from tablefree.fileio import read_json, try_pid_lock, write_json_atomic
 from tablefree.rundir import RUN_FILES
 from tablefree.train.parallelize import DistInfo, any_rank, barrier
 from tablefree.train.recipe import TrainConfig
@@ -74,23 +73,12 @@ class RunDirLock:
             self.created = not self.run_dir.exists()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             path = self.run_dir / self.FILE
-            self.handle = open(path, "a+", encoding="utf-8")
-            try:
-                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                self.handle.seek(0)
-                holder = self.handle.read().strip() or "unknown"
-                self.handle.close()
-                self.handle = None
+            self.handle, holder = try_pid_lock(path)
+            if self.handle is None:
                 error = (
                     f"{self.run_dir} is in use by another training process (pid {holder}; lock {path}). Wait for "
                     "it to finish or stop it; the lock is released when that process exits"
                 )
-            else:
-                self.handle.seek(0)
-                self.handle.truncate()
-                self.handle.write(f"{os.getpid()}\n")
-                self.handle.flush()
         if any_rank(error is not None, self.info.device):
             raise RunDirInUseError(error or f"{self.run_dir} is in use by another training process")
         return self
