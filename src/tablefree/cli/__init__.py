@@ -21,6 +21,7 @@ from tablefree.cpu_threads import choose_wait_policy
 COMMAND_MODULES = [
     "tablefree.cli.demo",
     "tablefree.cli.compare",
+    "tablefree.cli.ladder",
     "tablefree.cli.train",
     "tablefree.cli.eval",
     "tablefree.cli.analyze",
