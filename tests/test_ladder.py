@@ -41,38 +41,37 @@ def _record(point: str, interface: str, seed: int, tokens: int, learned_total: i
 
 
 def write_rung(
-    directory: Path, n_layers: int, gaps: dict[str, float], seeds: int = 3, noise: float = 0.01
+    directory: Path, n_layers: int, gaps: dict[str, float], seeds: int = 3, noise: float = 0.01, rates=(4e-3,)
 ) -> Path:
     """A rung's report directory: learned and canonical at three budgets (7.5/15/30 tokens per learned
-    parameter), canonical's loss above learned's by gaps[ratio] per token plus seed and document noise."""
+    parameter), canonical's loss above learned's by gaps[ratio] per token plus seed and document noise; each rate
+    past the first adds a canonical point 0.05 better."""
     shared_rng = np.random.default_rng(0)  # one validation set for every rung
     doc_tokens = shared_rng.integers(1_000, 3_000, DOCS)
     doc_effect = shared_rng.normal(0.0, 0.05, DOCS)
     rng = np.random.default_rng(n_layers)
     learned_total = 10_000 * n_layers
-    runs = []
+    runs, points = [], []
     for index, (ratio_name, ratio) in enumerate(RATIOS.items()):
-        point, tokens = f"b{index}", int(ratio * learned_total)
-        base = 4.0 - 0.3 * index  # the learned loss falls with the budget
-        for seed in range(seeds):
-            shared = rng.normal(0.0, noise)  # a seed's initialisation, shared by both interfaces
-            for interface, offset in (("learned", 0.0), ("canonical", -gaps[ratio_name])):
-                per_token = base + offset + shared + doc_effect + rng.normal(0.0, noise, DOCS)
-                runs.append(
-                    _record(point, interface, seed, tokens, learned_total, per_token * doc_tokens, doc_tokens)
-                )
+        for rate_index, rate in enumerate(rates):
+            point, tokens = f"lr{rate:g}-b{index}", int(ratio * learned_total)
+            points.append({"name": point, "train": {"budget": tokens, "optim": {"lr": rate}}})
+            base = 4.0 - 0.3 * index  # the learned loss falls with the budget
+            arms = [("learned", 0.0), ("canonical", -gaps[ratio_name])]
+            if rate_index:
+                arms = [("canonical", -gaps[ratio_name] - 0.05)]
+            for seed in range(seeds):
+                shared = rng.normal(0.0, noise)  # a seed's initialisation, shared by both interfaces
+                for interface, offset in arms:
+                    per_token = base + offset + shared + doc_effect + rng.normal(0.0, noise, DOCS)
+                    nats = per_token * doc_tokens
+                    runs.append(_record(point, interface, seed, tokens, learned_total, nats, doc_tokens))
     directory.mkdir(parents=True)
-    report = {
-        "name": f"rung-{n_layers}",
-        "config": {"train": {"model": {"n_layers": n_layers, "d_model": 64}}},
-    }
+    model = {"n_layers": n_layers, "d_model": 64}
+    report = {"name": f"rung-{n_layers}", "config": {"train": {"model": model}, "grid_points": points}}
     (directory / "report.json").write_text(json.dumps(report))
-    data = {
-        "format": "tablefree-report-data/1",
-        "baselines": [],
-        "grid_points": ["b0", "b1", "b2"],
-        "runs": runs,
-    }
+    names = [p["name"] for p in points]
+    data = {"format": "tablefree-report-data/1", "baselines": [], "grid_points": names, "runs": runs}
     (directory / "report_data.json").write_text(json.dumps(data))
     return directory
 
@@ -160,7 +159,7 @@ def test_two_rungs_give_a_step_and_refuse_a_trend(tmp_path: Path):
 def test_ladder_refuses_a_rung_without_the_ratio_or_with_other_documents(tmp_path: Path):
     dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4)]
     with pytest.raises(
-        ValueError, match=r"l2/report_data.json: no finished budget at 60 tokens .* b2: 30.00"
+        ValueError, match=r"l2/report_data.json: no finished budget at 60 tokens .* lr0.004-b2: 30.00 at lr 0.004"
     ):
         ladder_data(dirs, ratios=(7.5, 60.0))
     with pytest.raises(ValueError, match="at least two rungs"):
@@ -170,6 +169,21 @@ def test_ladder_refuses_a_rung_without_the_ratio_or_with_other_documents(tmp_pat
         run["validation"]["per_document"]["tokens"][0] += 1
     with pytest.raises(ValueError, match="l4: its validation documents differ"):
         ladder_report(data, n_boot=100)
+
+
+def test_a_rung_with_rates_is_compared_at_the_named_rate(tmp_path: Path):
+    dirs = [write_rung(tmp_path / "l2", 2, {r: -0.3 for r in RATIOS}, rates=(4e-3, 8e-3))]
+    dirs.append(write_rung(tmp_path / "l4", 4, {r: -0.2 for r in RATIOS}))
+    with pytest.raises(
+        ValueError, match=r"2 points at 7.5 tokens .*lr0.004-b0 at lr 0.004, lr0.008-b0 at lr 0.008"
+    ):
+        ladder_data(dirs)
+    with pytest.raises(ValueError, match=r"at peak rate 0\.008"):
+        ladder_data(dirs, rate=8e-3)  # the 4-layer rung has no 8e-3 point
+    report = ladder_report(ladder_data(dirs, rate=4e-3), n_boot=200)
+    assert report["rungs"][0]["rates"] == {"7.5": 4e-3, "15": 4e-3, "30": 4e-3}
+    gap = report["rungs"][0]["ratios"][2]["gaps"]["canonical"]["estimate"]
+    assert gap == pytest.approx(-0.3, abs=0.02)  # the 4e-3 canonical runs, not the better 8e-3 ones
 
 
 def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

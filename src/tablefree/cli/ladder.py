@@ -30,6 +30,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="tokens per learned parameter, comma-separated (default: 7.5,15,30)",
     )
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="the peak rate to compare every rung at, where a rung's grid also has rates (default: its only one)",
+    )
+    parser.add_argument(
         "--bootstrap", type=int, default=stats.DEFAULT_BOOTSTRAP, help="bootstrap replicates (default: 10000)"
     )
     parser.set_defaults(func=run)
@@ -47,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         ratios = [float(part) for part in args.ratios.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"--ratios: expected numbers separated by commas, got {args.ratios!r}") from None
-    data = read_json(args.data) if args.data else ladder_data(args.rungs, ratios)
+    data = read_json(args.data) if args.data else ladder_data(args.rungs, ratios, rate=args.rate)
     report = write_ladder(args.out, data, n_boot=args.bootstrap)
     print(f"ladder: {args.out / 'report.md'}")
     for sentence in report["sentences"]:

@@ -36,11 +36,14 @@ DEFAULT_RATIOS = (7.5, 15.0, 30.0)
 MIN_RUNGS_FOR_TREND = 3  # a slope through two rungs is their difference: say so, do not call it a trend
 
 
-def ladder_data(rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS) -> dict[str, Any]:
+def ladder_data(
+    rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS, rate: float | None = None
+) -> dict[str, Any]:
     """The ladder's raw data from each rung's report directory (``report.json`` + ``report_data.json``, as
     ``tablefree report`` writes them): per rung its body and, per ratio, the finished runs of the budget at that
     many tokens per parameter of its learned model (within 5%), without their training curves. Refuses a rung
-    without such a budget, naming the ratios it has."""
+    without such a budget, naming the ratios it has. A rung whose grid also has rates trains several points at a
+    ratio: ``rate`` picks the peak rate every rung is compared at (refused without it, naming the rates)."""
     if len(rung_dirs) < 2:
         raise ValueError(f"a ladder needs at least two rungs (report directories), got {len(rung_dirs)}")
     rungs = []
@@ -62,14 +65,25 @@ def ladder_data(rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAU
         for record in records:
             by_point.setdefault(record["point"], []).append(record)
         have = {p: max(r["tokens_seen"] for r in rs) / learned_params for p, rs in by_point.items()}
+        rates = _point_rates(report.get("config") or {})
         points = {}
         for ratio in ratios:
             match = [p for p, r in have.items() if abs(r / ratio - 1) <= RATIO_TOLERANCE]
+            if rate is not None:
+                match = [p for p in match if rates.get(p) is not None and math.isclose(rates[p], rate)]
             if not match:
-                found = ", ".join(f"{p}: {r:.2f}" for p, r in sorted(have.items(), key=lambda x: x[1]))
+                found = ", ".join(
+                    f"{p}: {r:.2f} at lr {rates.get(p)}" for p, r in sorted(have.items(), key=lambda x: x[1])
+                )
+                at = "" if rate is None else f" at peak rate {rate:g}"
                 raise ValueError(
                     f"{data_path}: no finished budget at {ratio:g} tokens per learned parameter (within "
-                    f"{RATIO_TOLERANCE:.0%}); its points have {found}"
+                    f"{RATIO_TOLERANCE:.0%}){at}; its points have {found}"
+                )
+            if len(match) > 1:
+                raise ValueError(
+                    f"{data_path}: {len(match)} points at {ratio:g} tokens per learned parameter ("
+                    f"{', '.join(f'{p} at lr {rates.get(p)}' for p in match)}); name the rate (--rate)"
                 )
             points[f"{ratio:g}"] = match[0]
         rungs.append(
@@ -82,13 +96,23 @@ def ladder_data(rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAU
                 "learned_params": learned_params,
                 "table_params": learned[0]["params"]["input_interface"],
                 "points": points,
+                "rates": {ratio: rates.get(point) for ratio, point in points.items()},
                 "runs": [
                     {k: v for k, v in r.items() if k != "curve"} for p in points.values() for r in by_point[p]
                 ],
             }
         )
     rungs.sort(key=lambda r: r["model"]["n_layers"])
-    return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rungs": rungs}
+    return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rate": rate, "rungs": rungs}
+
+
+def _point_rates(config: dict[str, Any]) -> dict[str, float | None]:
+    """Each grid point's peak rate: its own where the grid sets one, else the recipe's."""
+    recipe = ((config.get("train") or {}).get("optim") or {}).get("lr")
+    return {
+        point["name"]: ((point.get("train") or {}).get("optim") or {}).get("lr", recipe)
+        for point in config.get("grid_points") or []
+    }
 
 
 def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -> dict[str, Any]:
@@ -119,7 +143,8 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
             {"format": "tablefree-report-data/1", "runs": [{**r, "curve": []} for r in rung["runs"]]}
         )
         entry = {
-            key: rung[key] for key in ("name", "source", "source_sha256", "sweep", "model", "learned_params")
+            key: rung[key]
+            for key in ("name", "source", "source_sha256", "sweep", "model", "learned_params", "rates")
         }
         entry["table_share"] = rung["table_params"] / rung["learned_params"]
         entry["non_table_params"] = rung["learned_params"] - rung["table_params"]
@@ -288,6 +313,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "rung",
             "learned params",
             "table share",
+            "peak rate",
             "tokens",
             "tokens/param",
             "compute 6·N·D",
@@ -304,6 +330,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 rung["name"],
                 f"{rung['learned_params']:,}",
                 f"{rung['table_share']:.1%}",
+                f"{rung['rates'].get(ratio)}",
                 f"{row['tokens'] / 1e6:.2f}M",
                 f"{row['tokens_per_param']:.2f}",
                 f"{row['compute']:.3g}",
