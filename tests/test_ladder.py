@@ -159,7 +159,8 @@ def test_two_rungs_give_a_step_and_refuse_a_trend(tmp_path: Path):
 def test_ladder_refuses_a_rung_without_the_ratio_or_with_other_documents(tmp_path: Path):
     dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4)]
     with pytest.raises(
-        ValueError, match=r"l2/report_data.json: no finished budget at 60 tokens .* lr0.004-b2: 30.00 at lr 0.004"
+        ValueError,
+        match=r"l2/report_data.json: no finished budget at 60 tokens .* lr0.004-b2: 30.00 at lr 0.004",
     ):
         ladder_data(dirs, ratios=(7.5, 60.0))
     with pytest.raises(ValueError, match="at least two rungs"):
