@@ -140,6 +140,8 @@ class Verdict:
 
 
 def format_bytes(count: int) -> str:
+    if abs(count) < 2**30:
+        return f"{count / 2**20:.1f} MiB"
     return f"{count / 2**30:.2f} GiB"
 
 
@@ -239,11 +241,12 @@ def trace_step(
     device = torch.device("cpu")
     steps = _StepTracker()
     ops = _OpsSeen()
+    # built on the meta device, as the trainer does for FSDP2 (an interface computes its fixed state from real
+    # numbers, which fake tensors cannot give), then given fake storage on the CPU
+    model = build_model(model_config, seed=0, device="meta")
     with FakeTensorMode():
-        model = build_model(model_config, seed=0, device=device)
-        if fsdp and bf16:  # FSDP2's unsharded parameters are in the compute dtype
-            for parameter in model.parameters():
-                parameter.data = parameter.data.to(torch.bfloat16)
+        # FSDP2's unsharded parameters are in the compute dtype
+        _fake_storage(model, device, torch.bfloat16 if fsdp and bf16 else None)
         info = DistInfo(rank=0, local_rank=0, world_size=1, device=device)
         train_model = parallelize(model, info, activation_checkpointing=shape.activation_checkpointing)
         optimizer = None
@@ -283,6 +286,20 @@ def trace_step(
                 optimizer.zero_grad(set_to_none=True)
     check_attention(ops.ops)
     return {phase: {k: v for k, v in peak.items() if k != "total"} for phase, peak in steps.peaks.items()}
+
+
+def _fake_storage(model: nn.Module, device: torch.device, parameter_dtype: torch.dtype | None) -> None:
+    """Replace a meta-device model's parameters and buffers by (fake) tensors of the same shapes on ``device``,
+    the parameters in ``parameter_dtype`` when given."""
+    for module in model.modules():
+        for name, parameter in list(module._parameters.items()):
+            if parameter is not None:
+                dtype = parameter_dtype or parameter.dtype
+                tensor = torch.empty(parameter.shape, dtype=dtype, device=device)
+                module._parameters[name] = nn.Parameter(tensor, requires_grad=parameter.requires_grad)
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None:
+                module._buffers[name] = torch.empty(buffer.shape, dtype=buffer.dtype, device=device)
 
 
 def _drop_grad(parameter: torch.Tensor) -> None:
