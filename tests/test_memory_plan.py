@@ -218,3 +218,31 @@ def test_train_checks_only_what_it_is_asked_on_a_cpu(data_dir, tmp_path):
     assert summary["completed"]  # auto: no device memory known on a CPU, no check
     with pytest.raises(ValueError, match="device_memory: expected auto, off or a size"):
         micro_config(data_dir, device_memory="big")
+
+
+def test_train_says_what_it_checked(data_dir, tmp_path, capsys):
+    from tablefree.train.trainer import train
+
+    train(micro_config(data_dir, budget="2 steps", device_memory="1GiB"), tmp_path / "fits")
+    out = capsys.readouterr().out
+    assert "memory plan: " in out and "per GPU estimated" in out and "usable of 1.00 GiB" in out
+
+
+def test_a_torch_without_the_tracer_checks_nothing_unless_asked(monkeypatch, capsys):
+    from tablefree.train import memory_plan
+
+    monkeypatch.setattr(
+        memory_plan, "tracer_available", lambda: (False, "torch 2.4's MemTracker has no _track")
+    )
+    assert memory_plan.device_memory_to_check("auto", torch.device("cuda")) is None
+    assert "memory plan: not checked (torch 2.4" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="device_memory=80GiB: the memory plan cannot be traced here"):
+        memory_plan.device_memory_to_check("80GiB", torch.device("cpu"))
+    assert memory_plan.device_memory_to_check("auto", torch.device("cpu")) is None
+    assert capsys.readouterr().out == ""  # nothing to check on a CPU unless asked: nothing said
+
+
+def test_this_torch_has_the_tracer():
+    from tablefree.train.memory_plan import tracer_available
+
+    assert tracer_available() == (True, "MemTracker")

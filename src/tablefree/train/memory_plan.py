@@ -528,16 +528,39 @@ def launch_shape(
     )
 
 
-def device_memory_to_check(setting: str, device: torch.device) -> int | None:
+def device_memory_to_check(setting: str, device: torch.device, report: bool = True) -> int | None:
     """The device memory ``train`` checks the plan against (its ``device_memory`` field): ``auto`` is the GPU's
-    total memory and nothing on a CPU, ``off`` nothing, a size (``80GiB``) that size on any device."""
-    if setting == "off":
+    total memory and nothing on a CPU, ``off`` nothing, a size (``80GiB``) that size on any device.
+
+    Where this torch cannot trace the plan (``tracer_available``), ``auto`` says so (when ``report``) and checks
+    nothing; an explicit size is an error."""
+    if setting == "off" or (setting == "auto" and device.type != "cuda"):
+        return None
+    available, reason = tracer_available()
+    if not available:
+        if setting != "auto":
+            raise ValueError(f"device_memory={setting}: the memory plan cannot be traced here ({reason})")
+        if report:
+            print(f"memory plan: not checked ({reason}; device_memory=off silences this)", flush=True)
         return None
     if setting == "auto":
-        if device.type != "cuda":
-            return None
         return torch.cuda.get_device_properties(device).total_memory
     return parse_bytes(setting, "device_memory")
+
+
+def tracer_available() -> tuple[bool, str]:
+    """Whether this torch has the MemTracker internals the trace hooks into, and if not, what is missing."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
+        from torch.distributed._tools.common_utils import get_untyped_storages  # noqa: F401
+        from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType  # noqa: F401
+    except ImportError as error:
+        return False, f"torch {torch.__version__} has no {error.name or error}"
+    needed = ("_track", "_update_peak_stats", "track_external", "reset_mod_stats")
+    missing = [name for name in needed if not hasattr(MemTracker, name)]
+    if missing:
+        return False, f"torch {torch.__version__}'s MemTracker has no {', '.join(missing)}"
+    return True, "MemTracker"
 
 
 def refuse_if_too_large(
@@ -558,6 +581,14 @@ def refuse_if_too_large(
             "plan; device_memory=off skips this check"
         )
     return estimate
+
+
+def describe_fit(estimate: MemoryEstimate, device_memory: int) -> str:
+    """One line: the estimated peak against the device memory."""
+    return (
+        f"{format_bytes(estimate.peak_bytes)} per GPU estimated ({estimate.phase}), within the "
+        f"{format_bytes(judge(estimate, device_memory).usable)} usable of {format_bytes(device_memory)}"
+    )
 
 
 def visible_device_memory() -> int | None:
