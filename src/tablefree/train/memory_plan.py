@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -59,7 +59,7 @@ LABELS = {
     "optimizer_state": "optimizer state",
     "activations": "activations",
     "logits_loss": "logits and loss",
-    "transient": "largest transient",
+    "transient": "transient",
 }
 FLASH_ATTENTION_OP = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 
@@ -451,7 +451,6 @@ class MemoryPlan:
     estimate: MemoryEstimate
     verdict: Verdict | None
     model: str
-    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
