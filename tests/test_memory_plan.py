@@ -121,13 +121,13 @@ def test_extrapolated_depth_equals_the_full_trace():
 
 def test_checkpointing_keeps_fewer_activations():
     config = TrainConfig()
-    plain = estimate_memory(tiny(), config, LaunchShape(1, 8, 256, False, "fp32", "ddp", 1))
-    checkpointed = estimate_memory(tiny(), config, LaunchShape(1, 8, 256, True, "fp32", "ddp", 1))
+    plain = estimate_memory(tiny(n_layers=3), config, LaunchShape(1, 8, 256, False, "fp32", "ddp", 1))
+    checkpointed = estimate_memory(tiny(n_layers=3), config, LaunchShape(1, 8, 256, True, "fp32", "ddp", 1))
     assert checkpointed.activations < plain.activations / 2
 
 
 def test_fsdp_shards_the_state_and_adds_the_unsharded_layers():
-    model_config, config = tiny(), TrainConfig()
+    model_config, config = tiny(n_layers=3), TrainConfig()
     one = estimate_memory(model_config, config, LaunchShape(1, 2, 64, False, "bf16", "fsdp", 2))
     four = estimate_memory(model_config, config, LaunchShape(4, 2, 64, False, "bf16", "fsdp", 2))
     model = build_model(model_config, device="meta")
@@ -146,8 +146,8 @@ def test_fsdp_shards_the_state_and_adds_the_unsharded_layers():
 
 def test_ddp_over_several_gpus_counts_its_gradient_buckets():
     config = TrainConfig()
-    one = estimate_memory(tiny(), config, LaunchShape(1, 2, 64, False, "fp32", "ddp", 2))
-    two = estimate_memory(tiny(), config, LaunchShape(2, 2, 64, False, "fp32", "ddp", 2))
+    one = estimate_memory(tiny(n_layers=2), config, LaunchShape(1, 2, 64, False, "fp32", "ddp", 2))
+    two = estimate_memory(tiny(n_layers=2), config, LaunchShape(2, 2, 64, False, "fp32", "ddp", 2))
     assert two.gradients == 2 * one.gradients
 
 
@@ -158,7 +158,9 @@ def test_a_math_attention_trace_is_refused():
 
 
 def test_verdict_keeps_headroom():
-    estimate = estimate_memory(tiny(), TrainConfig(), LaunchShape(1, 2, 64, False, "fp32", "ddp", 1))
+    estimate = estimate_memory(
+        tiny(n_layers=2), TrainConfig(), LaunchShape(1, 2, 64, False, "fp32", "ddp", 1)
+    )
     assert judge(estimate, estimate.peak_bytes * 2).fits
     assert not judge(
         estimate, estimate.peak_bytes
