@@ -136,6 +136,11 @@ def test_fsdp_shards_the_state_and_adds_the_unsharded_layers():
     root = weights - model_config.n_layers * block
     assert (one.parameters, one.gradients, one.optimizer_state) == (weights * 4, weights * 4, weights * 8)
     assert (four.parameters, four.gradients, four.optimizer_state) == (weights, weights, weights * 2)
+    # an interface's fixed buffers are not sharded: every rank holds them whole
+    affine = build_model(tiny("affine", n_layers=3), device="meta")
+    fixed = estimate_memory(affine.config, config, four.shape)
+    buffers = sum(b.numel() * b.element_size() for b in affine.buffers())
+    assert buffers > 0 and fixed.parameters == sum(p.numel() for p in affine.parameters()) + buffers
     # activations and logits are per rank, the same at any world size
     assert (four.activations, four.logits_loss) == (one.activations, one.logits_loss)
     # the root group and two blocks unsharded in bf16, the root's and one block's gradients (bf16 + fp32 copy)

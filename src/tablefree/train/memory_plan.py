@@ -371,28 +371,28 @@ def estimate_memory(
 
 
 def _trainable_parameters(model_config: ModelConfig) -> int:
-    with torch.device("meta"):
-        model = build_model(model_config, device="meta")
+    model = build_model(model_config, device="meta")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def _group_sizes(model_config: ModelConfig) -> tuple[int, int, int]:
-    """(all parameters, the root group's: input, final norm and head, one block's), in elements."""
-    with torch.device("meta"):
-        model = build_model(replace(model_config, n_layers=1), device="meta")
+def _group_sizes(model_config: ModelConfig) -> tuple[int, int, int, int]:
+    """(all parameters, the root group's: input, final norm and head, one block's), in elements, and the bytes of
+    the buffers (the input interface's fixed state, which FSDP2 does not shard)."""
+    model = build_model(replace(model_config, n_layers=1), device="meta")
     block = sum(p.numel() for p in model.layers[0].parameters())
     root = sum(p.numel() for p in model.parameters()) - block
-    return root + model_config.n_layers * block, root, block
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return root + model_config.n_layers * block, root, block, buffers
 
 
 def _fsdp_resident(peak: dict[str, int], model_config: ModelConfig, shape: LaunchShape) -> dict[str, int]:
-    total, root, block = _group_sizes(model_config)
+    total, root, block, buffers = _group_sizes(model_config)
     trainable = _trainable_parameters(model_config)
     compute = 2 if shape.precision == "bf16" else 4
     unsharded = (root + 2 * block) * compute
     unsharded_grads = root * compute + block * (compute + 4)
     return {
-        "parameters": -(-total * 4 // shape.gpus),
+        "parameters": -(-total * 4 // shape.gpus) + buffers,
         "gradients": -(-trainable * 4 // shape.gpus),
         "optimizer_state": -(-trainable * 8 // shape.gpus),
         "activations": peak["activations"],
