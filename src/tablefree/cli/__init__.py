@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "tablefree.cli.data",
     "tablefree.cli.interop",
     "tablefree.cli.params",
+    "tablefree.cli.memory",
     "tablefree.cli.hardware",
 ]
 
