@@ -11,7 +11,7 @@ from tablefree.sweep.config import CompareConfig
 from tablefree.sweep.grid import same_except
 from tablefree.sweep.plan import RunPlan
 from tablefree.sweep.run import execute_run
-from tablefree.sweep.status import run_state
+from tablefree.sweep.status import check_branch, run_state
 from tablefree.train.recipe import budget_steps
 
 
@@ -23,6 +23,7 @@ def run_local(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[st
     measured: dict[str, list[float]] = {}
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
+        check_branch(run)  # against its trunk as it is now: one retrained by this sweep is checked here
         state = run_state(run, config.eval)
         if state == "done":
             log(f"{prefix}: finished earlier, skipped")

@@ -20,7 +20,7 @@ from tablefree.sweep.dataset import prepare_data
 from tablefree.sweep.plan import RunPlan, check_plans, check_sweep, plan_runs
 from tablefree.sweep.record import write_sweep_config, write_yaml_atomic
 from tablefree.sweep.run import execute_run, train_run
-from tablefree.sweep.status import jobs_folder, run_state, sweep_status
+from tablefree.sweep.status import check_branch, check_branches, jobs_folder, run_state, sweep_status
 
 
 def submit_sweep(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[str, Any]:
@@ -69,6 +69,7 @@ def run_job(config: CompareConfig, run: RunPlan) -> str:
             if launch.node_rank() != 0:
                 train_run(config, run)
                 return "trained"
+            check_branch(run)
             state = run_state(run, config.eval)
             return "done" if state == "done" else execute_run(config, run, state, prefix, print)
     except KeyboardInterrupt:
@@ -93,6 +94,7 @@ def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
     if not todo:
         raise ValueError(f"every run of {config.out_dir} is done: nothing to write to {path}")
     check_sweep(config, todo)
+    check_branches(plans)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, config.out_dir)
     # The config as resolved here (command-line overrides included), for the tasks to load.

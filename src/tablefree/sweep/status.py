@@ -36,7 +36,11 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
 
 def check_branch(run: RunPlan) -> None:
     """A branch's ``branch.json`` verified against its trunk (``read_branch``) and its step against the plan's:
-    the branch step is the decay start of the run's own budget, whichever run was its trunk."""
+    the branch step is the decay start of the run's own budget, whichever run was its trunk. A branch whose
+    trunk's directory is gone waits: the sweep trains that trunk again first, and the branch is checked
+    against it before its own turn (``run_local``, ``run_job``)."""
+    if run.branch is not None and not run.branch.directory.exists():
+        return
     record = read_branch(run.directory)
     if record is not None and run.branch is not None and record["step"] != run.branch.step:
         raise ValueError(
@@ -44,6 +48,13 @@ def check_branch(run: RunPlan) -> None:
             f"step {run.branch.step}, where it branches; delete {run.directory} and re-run the sweep command (it "
             "branches that run again from its trunk's checkpoint)"
         )
+
+
+def check_branches(plans: list[RunPlan]) -> None:
+    """Every branch's record checked (``check_branch``) before any run trains, resumes or is submitted: a
+    deleted or damaged ``branch.json`` is refused now, not when the report is written after the sweep."""
+    for run in plans:
+        check_branch(run)
 
 
 def jobs_folder(config: CompareConfig) -> Path:
@@ -56,8 +67,8 @@ def sweep_status(config: CompareConfig, plans: list[RunPlan]) -> dict[str, dict[
     jobs = launch.recorded_jobs(jobs_folder(config))
     queue = launch.queue_states(config.launch.slurm) if jobs else {}
     status = {}
+    check_branches(plans)
     for run in plans:
-        check_branch(run)
         state = run_state(run, config.eval)
         recorded = (read_json(run.directory / RUN_FILES["status"], default=None) or {}).get("state")
         if state != "done" and recorded in ("failed", "interrupted", "running"):

@@ -1,0 +1,135 @@
+"""What a user still tripped on in a sweep (issue 43, items 4-10): a branch record checked before anything
+trains, a retrained trunk accepted when its branches' inputs are unchanged, the report's tables from one set of
+finished runs, the few-seeds caveat, the figures, per-trunk sbatch dependencies and `--status` mid-sweep."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sweep_helpers import topics_dataset
+from tablefree.compare import CompareConfig, run_sweep
+from tablefree.config_parsing import from_dict
+from tablefree.sweep.plan import Branch, RunPlan
+from tablefree.train.recipe import TrainConfig
+
+RECIPE = {
+    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_seq_len": 32},
+    "batch_tokens": 256,
+    "micro_batch": 8,
+    "seq_len": 32,
+    "optim": {"lr": 3e-3},
+    "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
+    "compile": False,
+    "precision": "fp32",
+    "log_every": 1,
+    "val_every": 4,
+    "val_batches": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return topics_dataset(tmp_path_factory.mktemp("data"))
+
+
+def branched(out: Path, data: Path, seeds: list[int]) -> CompareConfig:
+    """One interface, three budgets branched from the largest: a trunk and two branches per seed."""
+    return from_dict(
+        CompareConfig,
+        {
+            "name": "branch",
+            "train": RECIPE,
+            "dataset": {"dir": str(data)},
+            "interfaces": ["canonical"],
+            "seeds": seeds,
+            "grid": {"budget": ["8 steps", "16 steps", "32 steps"], "branch": True},
+            "eval": {"tasks": ["validation"], "val_limit": 4},
+            "out": str(out),
+            "bootstrap": 100,
+        },
+    )
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+@pytest.mark.slow
+def test_a_deleted_branch_record_is_refused_before_anything_trains(
+    tmp_path: Path, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 5: a finished branch whose branch.json was deleted was found only by the report, after every other
+    run of the sweep had trained; now the sweep refuses before the first run, naming the file."""
+    out = tmp_path / "sweep"
+    assert set(run_sweep(branched(out, dataset, [1]), report=False, log=quiet)["runs"].values()) == {"done"}
+    record = out / "runs" / "8steps" / "canonical-s1" / "branch.json"
+    record.unlink()
+    trained = []
+    monkeypatch.setattr(
+        "tablefree.sweep.local.execute_run", lambda config, run, *rest: trained.append(run.name)
+    )
+    with pytest.raises(
+        ValueError, match=r"branch\.json is missing, but .* begins with the records of"
+    ) as error:
+        run_sweep(branched(out, dataset, [1, 2]), report=False, log=quiet)  # seed 2 is new: runs to train
+    assert str(record) in str(error.value) and trained == []
+
+
+@pytest.mark.slow
+def test_a_retrained_trunk_is_accepted_when_what_its_branches_depend_on_is_unchanged(
+    tmp_path: Path, dataset: Path
+) -> None:
+    """Item 6: the trunk deleted and trained again gives bit-identical weights, optimizer state and data
+    position, but another train_state.pt (its clock and unseeded random states): its finished branches stand.
+    A branch whose trunk's weights did change is refused, saying so."""
+    from tablefree.report import build_report
+    from tablefree.sweep.branch_record import read_branch
+
+    out = tmp_path / "sweep"
+    config = branched(out, dataset, [1])
+    run_sweep(config, report=False, log=quiet)
+    runs = out / "runs"
+    short = runs / "8steps" / "canonical-s1"
+    original = json.loads((short / "branch.json").read_text())
+    shutil.rmtree(runs / "32steps" / "canonical-s1")
+    result = run_sweep(config, report=False, log=quiet)
+    assert result["runs"] == {name: "done" for name in result["runs"]} and len(result["runs"]) == 3
+    retrained = json.loads((runs / "32steps/canonical-s1/checkpoints/step_00000006/COMPLETE").read_text())
+    assert retrained["sha256"] != original["checkpoint_sha256"]  # the file digests do differ
+    assert read_branch(short)["step"] == 6
+    report = build_report(out, n_boot=50)
+    assert {row["name"]: row["branched_at_step"] for row in report["runs"]}["8steps/canonical-s1"] == 6
+    # a record written before depends_sha256 existed: the branch's own copy of the checkpoint is the reference
+    (short / "branch.json").write_text(
+        json.dumps({k: v for k, v in original.items() if k != "depends_sha256"})
+    )
+    assert read_branch(short)["step"] == 6
+    # what the branch trained from is not what the trunk holds now: refused with the true reason
+    changed = {**original["depends_sha256"], "weights": "0" * 64}
+    (short / "branch.json").write_text(json.dumps({**original, "depends_sha256": changed}))
+    with pytest.raises(ValueError, match=r"its weights differs from what the branch started from; delete "):
+        read_branch(short)
+
+
+def test_a_branch_of_a_deleted_trunk_says_the_trunk_is_gone(tmp_path: Path) -> None:
+    """Item 6: "the trunk run must finish first" was said of a trunk that had been deleted."""
+    from tablefree.sweep.branching import start_branch
+
+    trunk = tmp_path / "32steps" / "canonical-s0"
+    run = RunPlan(
+        "canonical",
+        0,
+        tmp_path / "8steps" / "canonical-s0",
+        {},
+        TrainConfig(),
+        "8steps",
+        Branch("32steps/canonical-s0", trunk, 6),
+    )
+    with pytest.raises(RuntimeError) as error:
+        start_branch(run)
+    assert f"run directory {trunk} does not exist" in str(error.value)
+    assert "must finish first" not in str(error.value)
