@@ -133,3 +133,47 @@ def test_a_branch_of_a_deleted_trunk_says_the_trunk_is_gone(tmp_path: Path) -> N
         start_branch(run)
     assert f"run directory {trunk} does not exist" in str(error.value)
     assert "must finish first" not in str(error.value)
+
+
+def test_status_during_a_running_sweep_names_who_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Item 10: `--status` while a sweep runs here told the user to re-run the command; it now says the sweep is
+    running and who holds it, and a second `compare` on the same directory is refused naming the holder."""
+    import os
+    import socket
+
+    from tablefree.cli import main
+    from tablefree.sweep.status import hold_sweep
+    from train_helpers import make_dataset
+
+    data = make_dataset(tmp_path / "data")
+    out = tmp_path / "sweep"
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"interfaces: [canonical]\nseeds: [0]\ndataset: {{dir: {data}}}\nout: {out}\n"
+        f"eval: {{tasks: [validation]}}\ntrain: {json.dumps({**RECIPE, 'budget': '8 steps'})}\n"
+    )
+    lock = out / ".compare.lock"
+    with hold_sweep(out):
+        assert main(["compare", "--config", str(path), "--status"]) == 0
+        last = capsys.readouterr().out.splitlines()[-1]
+        assert (
+            f"the sweep is running here (pid {os.getpid()} on host {socket.gethostname()}; lock {lock})"
+            in last
+        )
+        assert "re-run" not in last
+        assert main(["compare", "--config", str(path)]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert (
+            line.startswith("tablefree compare: error: ")
+            and f"pid {os.getpid()}" in line
+            and str(lock) in line
+        )
+    # released: a run left marked running by a killed sweep is named as stopped, and re-running is the way on
+    run = out / "runs" / "canonical-s0"
+    run.mkdir(parents=True)
+    (run / "status.json").write_text(json.dumps({"state": "running"}))
+    assert main(["compare", "--config", str(path), "--status"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "no process runs the sweep now, so canonical-s0 stopped" in last and "re-run the command" in last
