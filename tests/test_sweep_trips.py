@@ -5,6 +5,7 @@ finished runs, the few-seeds caveat, the figures, per-trunk sbatch dependencies 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -177,3 +178,51 @@ def test_status_during_a_running_sweep_names_who_runs_it(
     assert main(["compare", "--config", str(path), "--status"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert "no process runs the sweep now, so canonical-s0 stopped" in last and "re-run the command" in last
+
+
+def test_emit_sbatch_makes_each_branch_wait_on_its_own_trunk_only(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 9: every branch waited (afterok) on the whole trunk array, so one failed trunk held back the
+    branches of every other trunk. The submit script, run against a stand-in sbatch that records its calls,
+    submits each trunk's branches as their own array depending on that trunk's array task alone."""
+    import subprocess
+
+    from tablefree.sweep.slurm import emit_sbatch
+
+    config = branched(tmp_path / "sweep", dataset, [0, 1])
+    config.interfaces = ["learned", "canonical"]
+    config.launch.slurm.array_parallelism = 8
+    logged: list[str] = []
+    emit_sbatch(config, tmp_path / "sweep.sbatch", log=logged.append)
+    submit = tmp_path / "sweep-submit.sh"
+    assert f"`bash {submit}`" in logged[-1]
+
+    def lines(script: Path) -> list[str]:
+        block = script.read_text().split("RUNS=(\n")[1].split("\n)")[0]
+        return [line.rsplit(" ", 1)[1].strip("'") for line in block.splitlines()]
+
+    first, branches = lines(tmp_path / "sweep.sbatch"), lines(tmp_path / "sweep-branches.sbatch")
+    assert first == [f"32steps/{i}-s{s}" for s in (0, 1) for i in ("learned", "canonical")]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    fake = bin_dir / "sbatch"
+    fake.write_text(f'#!/bin/bash\necho "$*" >> {calls}\necho "4242;cluster"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    subprocess.run(["bash", str(submit)], check=True, capture_output=True)
+    submitted = calls.read_text().splitlines()
+    assert submitted[0] == f"--parsable {tmp_path / 'sweep.sbatch'}"
+    waits = {}
+    for call in submitted[1:]:
+        options = dict(part.split("=", 1) for part in call.split() if part.startswith("--") and "=" in part)
+        assert call.endswith(str(tmp_path / "sweep-branches.sbatch"))
+        low, _, high = options["--array"].split("%")[0].partition("-")
+        for index in range(int(low), int(high or low) + 1):
+            waits[branches[index]] = options["--dependency"]
+    # every branch, once, waiting on the task of its own trunk in the first array
+    assert sorted(waits) == sorted(branches) and len(branches) == 8
+    for name, dependency in waits.items():
+        trunk = "32steps/" + name.split("/")[1]
+        assert dependency == f"afterok:4242_{first.index(trunk)}"
