@@ -226,3 +226,48 @@ def test_emit_sbatch_makes_each_branch_wait_on_its_own_trunk_only(
     for name, dependency in waits.items():
         trunk = "32steps/" + name.split("/")[1]
         assert dependency == f"afterok:4242_{first.index(trunk)}"
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory: pytest.TempPathFactory, dataset: Path) -> Path:
+    """A finished branched budget grid, 2 interfaces x 2 seeds x 3 budgets of one model size, not reported."""
+    out = tmp_path_factory.mktemp("grid") / "sweep"
+    config = branched(out, dataset, [0, 1])
+    config.interfaces = ["learned", "canonical"]
+    assert set(run_sweep(config, report=False, log=quiet)["runs"].values()) == {"done"}
+    return out
+
+
+def copy_of(sweep: Path, where: Path) -> Path:
+    shutil.copytree(sweep, where, symlinks=True)
+    return where
+
+
+@pytest.mark.slow
+def test_one_missing_summary_leaves_the_run_out_of_every_table(grid_sweep: Path, tmp_path: Path) -> None:
+    """Item 4: a finished run's deleted summary.json entered the grid table with 0 tokens and no parameters and
+    the branching table as `| 0 | None |`, left the regime table, and the header said 12 of 12 finished while
+    `--status` said 11. Now the report is the report of the sweep without that run, the header counts 11 of 12
+    as `--status` does, and the run is named with the reason."""
+    from tablefree.report import build_report
+    from tablefree.sweep.status import sweep_status
+
+    missing = copy_of(grid_sweep, tmp_path / "missing")
+    (missing / "runs" / "16steps" / "canonical-s0" / "summary.json").unlink()
+    absent = copy_of(grid_sweep, tmp_path / "absent")
+    shutil.rmtree(absent / "runs" / "16steps" / "canonical-s0")
+    with_gap, without = build_report(missing, n_boot=50), build_report(absent, n_boot=50)
+    for key in ("points", "metrics", "params", "regime", "statistics"):
+        assert with_gap[key] == without[key], key
+    markdown = (missing / "report.md").read_text()
+    assert "11 of 12 runs finished" in markdown
+    assert "- 16steps/canonical-s0: summary.json is missing or unreadable" in markdown
+    assert "– params" not in markdown and "| 0 | None |" not in markdown
+    config = branched(missing, Path("unused"), [0, 1])
+    config.interfaces = ["learned", "canonical"]
+    from tablefree.sweep.plan import plan_runs
+
+    states = [entry["state"] for entry in sweep_status(config, plan_runs(config)).values()]
+    assert states.count("done") == 11
+    rows = {row["name"]: row["state"] for row in with_gap["runs"]}
+    assert rows["16steps/canonical-s0"] == "todo"  # as --status calls it

@@ -43,7 +43,21 @@ def ordered_points(runs: Iterable[Run], config: dict[str, Any]) -> list[str]:
 
 
 def finished(runs: Iterable[Run]) -> list[Run]:
-    return [run for run in runs if run.eval is not None and run.state == "done"]
+    """The runs every part of the report is built from: status done, with a readable eval.json and a summary.json
+    of a completed training, as ``--status`` counts a run done (``sweep.status.run_state``). A run without its
+    summary has no tokens seen, so it would enter some tables and not others; it is left out of all of them."""
+    return [run for run in runs if run.state == "done" and not_finished_because(run) is None]
+
+
+def not_finished_because(run: Run) -> str | None:
+    """Why a run whose status says done is not a finished run of the report, or None."""
+    if run.eval is None:
+        return f"{RUN_FILES['eval']} is missing or unreadable"
+    if not run.summary:
+        return f"{RUN_FILES['summary']} is missing or unreadable, so its tokens seen are unknown"
+    if run.summary.get("completed") is False:
+        return f"{RUN_FILES['summary']} records a training that did not complete"
+    return None
 
 
 def curve_cut_short(run: Run) -> str | None:
@@ -61,32 +75,26 @@ def curve_cut_short(run: Run) -> str | None:
 
 
 def run_accounting(runs: list[Run]) -> dict[str, Any]:
-    """What the report used: the runs finished (status done, eval.json read), and each finished run left out of
-    a part of the analysis with the reason: no summary.json (tokens seen unknown: out of the budget fits and the
-    token ratio), an in-training curve cut short (out of the in-training curves and their gap)."""
+    """What the report used: the runs finished (``finished``: the same set in every table, and the count
+    ``--status`` gives), each run marked done that is not finished with the reason, and each finished run left
+    out of the in-training curves because its curve was cut short."""
     done = finished(runs)
     left_out = []
     for run in done:
-        problems = []
-        if not run.summary:
-            problems.append(
-                {
-                    "reason": f"{RUN_FILES['summary']} is missing or unreadable: its tokens seen are unknown",
-                    "left_out_of": "the budget fits and the token ratio (its comparisons use eval.json)",
-                }
+        cut = curve_cut_short(run)
+        if cut:
+            left_out.append(
+                {"run": run.name, "reason": cut, "left_out_of": "the in-training curves and their gap"}
             )
-        else:
-            cut = curve_cut_short(run)
-            if cut:
-                problems.append({"reason": cut, "left_out_of": "the in-training curves and their gap"})
-        left_out += [{"run": run.name, **problem} for problem in problems]
-    incomplete = [
-        run.name for run in runs if run.state == "done" and run.eval is None
-    ]  # status says done, no evaluation read
+    not_used = [
+        {"run": run.name, "reason": not_finished_because(run)}
+        for run in runs
+        if run.state == "done" and not_finished_because(run) is not None
+    ]
     return {
         "runs": len(runs),
         "finished": len(done),
-        "done_without_eval": incomplete,
+        "done_not_finished": not_used,
         "left_out": left_out,
     }
 
