@@ -218,8 +218,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 def print_verdict(report: dict, out: Path) -> None:
     from tablefree.report import verdict
+    from tablefree.report.comparison import few_seeds_sentence
 
     print(f"report: {out / 'report.md'}")
+    caveat = report["statistics"].get("few_seeds")
+    if caveat:
+        print(f"  {few_seeds_sentence(caveat).replace('**', '')}")
     for c in verdict(report):
         point = f"[{c['point']}] " if c["point"] else ""
         print(f"  {point}{c['metric']}, {c['a']} vs {c['b']}: {c['sentence']}")

@@ -286,6 +286,61 @@ def comparisons(
     return out
 
 
+def few_seeds(comps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The few-seeds caveat, said once for the whole report: how many comparisons have too few seeds to be
+    resolved, and the seeds that would resolve the largest of them (largest against its seed-to-seed spread),
+    by ``stats.seeds_to_resolve`` from the observed standard deviation of the per-seed differences. None when
+    every comparison has enough seeds."""
+    few = [
+        c
+        for c in comps
+        if c["verdict"] != "at chance" and 2 <= c["seeds"] < stats.MIN_SEEDS_TO_RESOLVE and c.get("seed_se")
+    ]
+    if not few:
+        return None
+
+    def seed_sd(c: dict[str, Any]) -> float:
+        return c["seed_se"] * math.sqrt(c["seeds"])
+
+    largest = max(few, key=lambda c: abs(c["estimate"]) / seed_sd(c))
+    return {
+        "seeds": sorted({c["seeds"] for c in few}),
+        "comparisons": len(few),
+        "largest": {key: largest[key] for key in ("point", "metric", "a", "b", "estimate", "unit", "family")},
+        "seed_sd": seed_sd(largest),
+        "seeds_needed": stats.seeds_to_resolve(largest["estimate"], seed_sd(largest), largest["family"]),
+        "method": (
+            f"a paired t test over seeds at {100 * stats.ALPHA:g}%"
+            + (
+                f"/{largest['family']} (Holm's first step over {largest['family']} pairs)"
+                if largest["family"] > 1
+                else ""
+            )
+            + f" with {100 * stats.POWER:g}% power, taking the standard deviation of the per-seed differences "
+            f"observed over {largest['seeds']} seeds (itself an estimate on {largest['seeds'] - 1} degree"
+            + ("s" if largest["seeds"] > 2 else "")
+            + " of freedom) for the true one"
+        ),
+    }
+
+
+def few_seeds_sentence(caveat: dict[str, Any]) -> str:
+    """The caveat in words, for report.md and the command line."""
+    largest = caveat["largest"]
+    where = f"[{largest['point']}] " if largest["point"] else ""
+    seeds = " or ".join(map(str, caveat["seeds"]))
+    needed = f"about **{caveat['seeds_needed']} seeds**" if caveat["seeds_needed"] else "more than 1000 seeds"
+    return (
+        f"With {seeds} seeds nothing is called resolved: the seed-to-seed variation rests on "
+        f"{'one degree' if caveat['seeds'] == [2] else 'too few degrees'} of freedom, so the "
+        f"{caveat['comparisons']} comparisons below give intervals without a verdict. The largest effect against "
+        f"its seed-to-seed spread, {where}{largest['metric']} {largest['a']} − {largest['b']} = "
+        f"{stats.fmt(largest['estimate'])} {largest['unit']} (per-seed differences' standard deviation "
+        f"{stats.fmt(caveat['seed_sd'])}), would be resolved with {100 * stats.POWER:g}% probability with "
+        f"{needed} (power calculation: {caveat['method']})."
+    )
+
+
 def _compare(
     pairs: list[tuple[Run, Run]], question: str, a: str, b: str, n_boot: int
 ) -> dict[str, Any] | None:

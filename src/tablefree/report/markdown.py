@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from tablefree.evaluate.validation import format_coverage
-from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS
+from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, few_seeds_sentence
 from tablefree.report.scaling_markdown import EVALUATION_NAME, fitted_curves_section
 from tablefree.stats import fmt
 from tablefree.units import human
@@ -149,6 +149,9 @@ def _verdict(report: dict[str, Any]) -> str:
         "seed; Holm's correction across those pairs, per question.",
         "",
     ]
+    caveat = report["statistics"].get("few_seeds")
+    if caveat:
+        lines += [few_seeds_sentence(caveat), ""]
     for c in comps:
         lines.append(f"- {_label(c['point'])}**{c['metric']}**, {c['a']} vs {c['b']}: {c['sentence']}")
     return "\n".join(lines)
