@@ -317,3 +317,48 @@ def test_seeds_to_resolve_is_the_power_of_a_paired_t_test() -> None:
         if n > 3:
             assert power(n - 1, effect, sd, family) < 0.84, (effect, sd, n)
     assert stats.seeds_to_resolve(0.0, 1.0) is None and stats.seeds_to_resolve(1e-6, 1.0) is None
+
+
+@pytest.mark.slow
+def test_scaling_figure_of_one_model_size_draws_no_parameter_panel(grid_sweep: Path, tmp_path: Path) -> None:
+    """Item 8: with one model size the right panel of scaling.png was vertical lines over overlapping tick
+    labels of one parameter count; it is left out, and the title says why."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from tablefree.report import build_report, figures
+    from tablefree.rundir import find_runs
+
+    sweep = copy_of(grid_sweep, tmp_path / "sweep")
+    report = build_report(sweep, n_boot=50)
+    titles = {figure["path"]: figure["title"] for figure in report["figures"]}
+    assert "not against parameters: one model size per interface" in titles["figures/scaling.png"]
+    figure, title = figures._scaling(find_runs(sweep), report, figures.interface_colors(report["interfaces"]))
+    (ax,) = figure.axes
+    assert ax.get_xlabel().startswith("tokens seen") and title == titles["figures/scaling.png"]
+
+
+def test_gap_figure_subtitle_says_bars_where_it_draws_bars() -> None:
+    """Item 8: a grid point with one in-training point per curve gets error bars, and the subtitle promised a
+    band."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.collections import PolyCollection
+
+    from tablefree.report import figures
+
+    point = {"tokens": 1000.0, "estimate": 0.1, "low": 0.0, "high": 0.2}
+    gaps = [{"point": "8k", "a": "learned", "b": "canonical", "seeds": 2, "curve": [point], "trend": None}]
+    figure = figures._gap(
+        [], {"statistics": {"gap": gaps}}, figures.interface_colors(["learned", "canonical"])
+    )
+    (ax,) = [a for a in figure.axes if a.get_visible()]
+    assert not any(isinstance(c, PolyCollection) for c in ax.collections)  # no band drawn
+    assert "bars: 95% t interval over seeds" in ax.get_title() and "band" not in ax.get_title()
+    one_seed = [{**gaps[0], "seeds": 1, "curve": [{**point, "low": None, "high": None}] * 2}]
+    figure = figures._gap(
+        [], {"statistics": {"gap": one_seed}}, figures.interface_colors(["learned", "canonical"])
+    )
+    (ax,) = [a for a in figure.axes if a.get_visible()]
+    assert "no band: one seed" in ax.get_title()
