@@ -78,6 +78,12 @@ def test_a_deleted_branch_record_is_refused_before_anything_trains(
     ) as error:
         run_sweep(branched(out, dataset, [1, 2]), report=False, log=quiet)  # seed 2 is new: runs to train
     assert str(record) in str(error.value) and trained == []
+    record.write_text('{"trunk": "32steps/canonical-s1", "trunk_dir": ')  # damaged: cut short
+    with pytest.raises(
+        ValueError, match=r"branch\.json: malformed JSON .*; delete .* and re-run the sweep command"
+    ):
+        run_sweep(branched(out, dataset, [1, 2]), report=False, log=quiet)
+    assert trained == []
 
 
 @pytest.mark.slow

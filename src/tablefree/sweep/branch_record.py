@@ -30,7 +30,10 @@ def read_branch(run_dir: Path) -> dict[str, Any] | None:
     run_dir = Path(run_dir)
     path = run_dir / RUN_FILES["branch"]
     way_out = f"delete {run_dir} and re-run the sweep command (it branches that run again from its trunk's checkpoint)"
-    record = read_json(path, default=None)
+    try:
+        record = read_json(path, default=None)
+    except ValueError as error:  # damaged: names the file and the line
+        raise ValueError(f"{error}; {way_out}") from None
     if record is None:
         trunk = _branched_from(run_dir)
         if trunk is not None:
@@ -87,8 +90,8 @@ def read_branch(run_dir: Path) -> dict[str, Any] | None:
 
 
 def dependency_digests(checkpoint: Path) -> dict[str, str]:
-    """What a branch started from a checkpoint depends on, one digest each: the weights (the model files and
-    the model and training config they were written with), the optimizer state and the data position (step,
+    """What a branch started from a checkpoint depends on, one digest each: the weights (the model's files:
+    ``model.safetensors``, or a sharded checkpoint's files), the optimizer state and the data position (step,
     tokens seen, the loader's position). Left out: wall-clock fields and the unseeded global random-generator
     states in ``train_state.pt``, which differ between two trainings of the same run, so the file's digest
     alone would refuse a trunk retrained bit for bit."""
@@ -105,9 +108,10 @@ def dependency_digests(checkpoint: Path) -> dict[str, str]:
     }
 
 
-# checkpoint files that are not the weights: the training state (compared by its parts) and the metadata
-# (losses, the dataset's path), which the branch does not train from
-NOT_WEIGHTS = (layout.TRAIN_STATE_FILE, "meta.json")
+# checkpoint files that are not the weights: the training state (compared by its parts), the metadata (losses,
+# the dataset's path), the config (a trunk retrained for a grid with another budget keeps other checkpoint
+# steps; a changed model shows in the weights) and the dataset's tokenizer (checked against the dataset)
+NOT_WEIGHTS = (layout.TRAIN_STATE_FILE, layout.META_FILE, layout.CONFIG_FILE, layout.TOKENIZER_FILE)
 
 
 def _changed_dependencies(run_dir: Path, record: dict[str, Any], checkpoint: Path) -> str | None:
