@@ -223,7 +223,7 @@ def print_verdict(report: dict, out: Path) -> None:
     print(f"report: {out / 'report.md'}")
     caveat = report["statistics"].get("few_seeds")
     if caveat:
-        print(f"  {few_seeds_sentence(caveat).replace('**', '')}")
+        print(f"  {few_seeds_sentence(caveat, markdown=False)}")
     for c in verdict(report):
         point = f"[{c['point']}] " if c["point"] else ""
         print(f"  {point}{c['metric']}, {c['a']} vs {c['b']}: {c['sentence']}")

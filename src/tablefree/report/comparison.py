@@ -324,17 +324,21 @@ def few_seeds(comps: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def few_seeds_sentence(caveat: dict[str, Any]) -> str:
-    """The caveat in words, for report.md and the command line."""
+def few_seeds_sentence(caveat: dict[str, Any], markdown: bool = True) -> str:
+    """The caveat in words, for report.md (the seed count in bold) and the command line (``markdown=False``)."""
     largest = caveat["largest"]
     where = f"[{largest['point']}] " if largest["point"] else ""
     seeds = " or ".join(map(str, caveat["seeds"]))
-    needed = f"about **{caveat['seeds_needed']} seeds**" if caveat["seeds_needed"] else "more than 1000 seeds"
+    bold = "**" if markdown else ""
+    needed = (
+        f"about {bold}{caveat['seeds_needed']} seeds{bold}"
+        if caveat["seeds_needed"]
+        else "more than 1000 seeds"
+    )
     return (
-        f"With {seeds} seeds nothing is called resolved: the seed-to-seed variation rests on "
-        f"{'one degree' if caveat['seeds'] == [2] else 'too few degrees'} of freedom, so the "
-        f"{caveat['comparisons']} comparisons below give intervals without a verdict. The largest effect against "
-        f"its seed-to-seed spread, {where}{largest['metric']} {largest['a']} − {largest['b']} = "
+        f"With {seeds} seeds nothing is called resolved: the seed-to-seed variation rests on one degree of "
+        f"freedom, so the {caveat['comparisons']} comparisons below give intervals without a verdict. The largest "
+        f"effect against its seed-to-seed spread, {where}{largest['metric']} {largest['a']} − {largest['b']} = "
         f"{stats.fmt(largest['estimate'])} {largest['unit']} (per-seed differences' standard deviation "
         f"{stats.fmt(caveat['seed_sd'])}), would be resolved with {100 * stats.POWER:g}% probability with "
         f"{needed} (power calculation: {caveat['method']})."
