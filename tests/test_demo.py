@@ -68,8 +68,10 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     # the shipped tiny recipe (package data), with the demo's changes
     recipe = json.loads(json.dumps(result["report"]["train_config"]))
     assert recipe["optim"]["lr"] == 2.0e-3 and recipe["batch_tokens"] == 1024 and recipe["seq_len"] == 128
-    assert len(result["summary"]) == 3 + 3  # + one validation sentence per pair
-    assert result["summary"][3].startswith("learned vs canonical: ")
+    # + the few-seeds caveat, once (2 seeds), and one validation sentence per pair
+    assert len(result["summary"]) == 3 + 1 + 3
+    assert result["summary"][3].startswith("With 2 seeds nothing is called resolved")
+    assert result["summary"][4].startswith("learned vs canonical: ")
     assert result["summary"][0].startswith("validation loss") and "affine" in result["summary"][0]
     assert "canonical" in result["summary"][1] and "%" in result["summary"][1]
     markdown = (tmp_path / "demo" / "report.md").read_text()

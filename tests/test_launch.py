@@ -74,8 +74,8 @@ def test_emit_sbatch_writes_one_line_per_unfinished_run(dataset: Path, tmp_path:
 
 
 def test_emit_sbatch_puts_branches_after_their_trunks(dataset: Path, tmp_path: Path) -> None:
-    """A branched budget grid: the trunks' array first, the branches in a second script that waits for it
-    (--dependency=afterok), and the resources and time limit the config sets."""
+    """A branched budget grid: the trunks' array first, the branches in a second script submitted per trunk
+    (--dependency=afterok on that trunk's task), and the resources and time limit the config sets."""
     sweep = config(dataset, tmp_path / "sweep", schedule={"name": "wsd", "warmup_steps": 2}, compile=False)
     sweep.train["precision"] = "fp32"
     sweep.grid = from_dict(CompareConfig, {"grid": {"budget": ["8 steps", "16 steps"], "branch": True}}).grid
@@ -96,7 +96,9 @@ def test_emit_sbatch_puts_branches_after_their_trunks(dataset: Path, tmp_path: P
     assert only(branches) == [f"8steps/{i}-s{s}" for s in (0, 1) for i in ("learned", "canonical")]
     for expected in ("--partition=short", "--cpus-per-task=4", "--mem=8192M", "--time=20"):
         assert f"#SBATCH {expected}" in first.splitlines() and f"#SBATCH {expected}" in branches.splitlines()
-    assert f"--dependency=afterok:$jid {tmp_path / 'sweep-branches.sbatch'}" in logged[-1]
+    assert (
+        f"`bash {tmp_path / 'sweep-submit.sh'}`" in logged[-1]
+    )  # per-trunk afterok: tests/test_sweep_trips.py
     assert not any("cluster's defaults" in line for line in logged)
 
 

@@ -302,4 +302,5 @@ def test_no_variation_at_all_is_a_point_interval() -> None:
 def test_two_seeds_never_resolve() -> None:
     d = Difference(-0.33, -0.38, -0.28, "test", seeds=2, clusters=20, se=0.01, df=18.0, p_value=1e-9)
     sentence = decide(d, "learned", "canonical", "nats/token", False, "300k tokens each")
-    assert sentence.startswith("not resolved with 2 seeds") and "run 3 or more seeds" in sentence
+    # why, and how many seeds would do, the report says once (stats.seeds_to_resolve, tests/test_sweep_trips.py)
+    assert sentence.startswith("not resolved with 2 seeds") and "resolved," not in sentence

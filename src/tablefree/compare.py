@@ -33,6 +33,7 @@ from tablefree.sweep.local import run_local
 from tablefree.sweep.plan import check_plans, check_sweep, plan_runs
 from tablefree.sweep.record import write_sweep_config
 from tablefree.sweep.slurm import submit_sweep
+from tablefree.sweep.status import check_branches
 
 __all__ = ["CompareConfig", "load_compare_config", "run_sweep"]
 
@@ -45,6 +46,7 @@ def run_sweep(config: CompareConfig, report: bool = True, log=print) -> dict[str
     check_plans(config, plans)  # before a long data preparation
     prepare_data(config, log)
     check_sweep(config, plans)
+    check_branches(plans)  # a deleted or edited branch.json: refused before anything trains
     out.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, out)
     if config.launch.backend == "slurm":

@@ -311,6 +311,7 @@ def summary_lines(report: dict) -> list[str]:
     """Validation loss and bits per byte, trainable parameters, the count of resolved comparisons, and the
     sentence of each validation-loss comparison."""
     from tablefree.report import verdict
+    from tablefree.report.comparison import few_seeds_sentence
     from tablefree.report.markdown import summary_counts
 
     metrics = report["metrics"]
@@ -328,6 +329,7 @@ def summary_lines(report: dict) -> list[str]:
             removed = f" (−{p['removed_percent']:.1f}%)" if p.get("removed_vs_learned") else ""
             param_cells.append(f"{interface} {p['total_trainable'] / 1e6:.2f}M{removed}")
     resolved, tested, chance = summary_counts(report)
+    caveat = report["statistics"].get("few_seeds")
     validation = [c for c in verdict(report) if c["metric"] == "validation/val_loss"]
     at_chance = f" ({chance} benchmark comparisons at chance: no verdict)" if chance else ""
     return [
@@ -335,5 +337,6 @@ def summary_lines(report: dict) -> list[str]:
         f"bits per byte: {means('validation/bits_per_byte')}",
         f"trainable parameters: {', '.join(param_cells)}",
         f"statistics: {resolved} of {tested} comparisons resolved{at_chance}",
+        *([few_seeds_sentence(caveat, markdown=False)] if caveat else []),
         *(f"{c['a']} vs {c['b']}: {c['sentence']}" for c in validation),
     ]

@@ -32,7 +32,7 @@ the seed-only variance and needs a Satterthwaite df with a negative term; we cho
 
 With one seed there is no estimate of the seed variation and no interval; with two, the interval is shown but
 nothing is called resolved (one degree of freedom for the seed variation: in simulation such intervals cover
-less than 95%). The RNG seed is fixed (default 0): a report is reproducible to the digit.
+less than 95%); ``seeds_to_resolve`` says how many seeds the observed seed-to-seed spread calls for. The RNG seed is fixed (default 0): a report is reproducible to the digit.
 
 Validation loss is a ratio (nats over tokens), so each document enters as its sum of nats and its token count;
 benchmark examples enter with weight 1 each. Perplexity and bits per byte are fixed transformations of the
@@ -448,11 +448,8 @@ def decide(
             f"(run 3 or more seeds) [{scale}]"
         )
     interval = f"{level} [{fmt(d.low)}, {fmt(d.high)}]"
-    if d.seeds < MIN_SEEDS_TO_RESOLVE:
-        return (
-            f"not resolved with {seeds}: {amount} ({interval}); two seeds leave one degree of freedom for the "
-            f"seed-to-seed variation, too few to resolve anything: run 3 or more seeds [{scale}]"
-        )
+    if d.seeds < MIN_SEEDS_TO_RESOLVE:  # why, and the seeds that would do, are said once (seeds_to_resolve)
+        return f"not resolved with {seeds}: {amount} ({interval}) [{scale}]"
     p = adjusted_p if adjusted_p is not None else d.p_value
     resolved = p is not None and p < alpha if adjusted_p is not None else d.excludes_zero
     holm_part = ""
@@ -482,6 +479,34 @@ def decide(
             f"on {fmt(power['df'], 2)} degrees of freedom)"
         )
     return f"not resolved with {seeds} at {scale}: {amount} ({interval}{why}){tail}"
+
+
+def seeds_to_resolve(
+    estimate: float, seed_sd: float, family: int = 1, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
+    """The fewest seeds (at least ``MIN_SEEDS_TO_RESOLVE``) at which a paired t test over seeds resolves a true
+    difference of ``estimate`` with probability ``power``, at level alpha/family (Holm's first, strictest step):
+    the smallest n with (t(1 − α/(2m), n − 1) + t(power, n − 1))·sd/√n ≤ |estimate|, where ``seed_sd`` is the
+    standard deviation over seeds of the per-seed difference. A power calculation: it takes the observed sd for
+    the true one, and leaves out the evaluation set's part of the interval (the bootstrap over documents),
+    which more seeds do not shrink. None above 1000 seeds (or for no difference)."""
+    if not math.isfinite(estimate) or estimate == 0:
+        return None
+    level = alpha / max(1, family)
+
+    def resolves(n: int) -> bool:  # the detectable difference shrinks as n grows: bisect
+        detectable = (
+            (student_t_ppf(1 - level / 2, n - 1) + student_t_ppf(power, n - 1)) * seed_sd / math.sqrt(n)
+        )
+        return detectable <= abs(estimate)
+
+    low, high = MIN_SEEDS_TO_RESOLVE, 1000
+    if not resolves(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if resolves(middle) else (middle + 1, high)
+    return low
 
 
 # ----------------------------------------------------------------------------------------------------------

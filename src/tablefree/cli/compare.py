@@ -142,7 +142,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def print_status(config) -> int:
     from tablefree.sweep.plan import plan_runs
-    from tablefree.sweep.status import sweep_status
+    from tablefree.sweep.status import describe_holder, sweep_holder, sweep_status
 
     status = sweep_status(config, plan_runs(config))
     width = max(len(name) for name in status)
@@ -150,10 +150,18 @@ def print_status(config) -> int:
     for name, entry in status.items():
         print(f"{name:<{width}}  {entry['state']:<11}  {entry['job'] or '-':<14}  {entry['queue'] or '-'}")
     counts = {state: [e["state"] for e in status.values()].count(state) for state in ("done", "failed")}
+    summary = f"{counts['done']}/{len(status)} done, {counts['failed']} failed"
+    holder = sweep_holder(config.out_dir) if config.launch.backend != "slurm" else None
+    if holder is not None:
+        print(f"{summary}; the sweep is running here ({describe_holder(holder)}): wait for it, or stop it")
+        return 0
     again = "resubmit" if config.launch.backend == "slurm" else "run the rest here"
-    print(
-        f"{counts['done']}/{len(status)} done, {counts['failed']} failed (re-run the command without --status to {again})"
-    )
+    stopped = [name for name, entry in status.items() if entry["state"] == "running"]
+    if (
+        stopped and config.launch.backend != "slurm"
+    ):  # no process holds the sweep: killed before it recorded it
+        summary += f"; no process runs the sweep now, so {', '.join(stopped)} stopped without recording it"
+    print(f"{summary} (re-run the command without --status to {again})")
     return 0
 
 
@@ -210,8 +218,12 @@ def run_report(args: argparse.Namespace) -> int:
 
 def print_verdict(report: dict, out: Path) -> None:
     from tablefree.report import verdict
+    from tablefree.report.comparison import few_seeds_sentence
 
     print(f"report: {out / 'report.md'}")
+    caveat = report["statistics"].get("few_seeds")
+    if caveat:
+        print(f"  {few_seeds_sentence(caveat, markdown=False)}")
     for c in verdict(report):
         point = f"[{c['point']}] " if c["point"] else ""
         print(f"  {point}{c['metric']}, {c['a']} vs {c['b']}: {c['sentence']}")

@@ -109,6 +109,7 @@ def assemble(
             "method": stats.__doc__,
             "bootstrap_replicates": n_boot,
             "comparisons": comps,
+            "few_seeds": comparison.few_seeds(comps),
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
             "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),

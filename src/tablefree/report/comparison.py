@@ -43,7 +43,21 @@ def ordered_points(runs: Iterable[Run], config: dict[str, Any]) -> list[str]:
 
 
 def finished(runs: Iterable[Run]) -> list[Run]:
-    return [run for run in runs if run.eval is not None and run.state == "done"]
+    """The runs every part of the report is built from: status done, with a readable eval.json and a summary.json
+    of a completed training, as ``--status`` counts a run done (``sweep.status.run_state``). A run without its
+    summary has no tokens seen, so it would enter some tables and not others; it is left out of all of them."""
+    return [run for run in runs if run.state == "done" and not_finished_because(run) is None]
+
+
+def not_finished_because(run: Run) -> str | None:
+    """Why a run whose status says done is not a finished run of the report, or None."""
+    if run.eval is None:
+        return f"{RUN_FILES['eval']} is missing or unreadable"
+    if not run.summary:
+        return f"{RUN_FILES['summary']} is missing or unreadable, so its tokens seen are unknown"
+    if run.summary.get("completed") is False:
+        return f"{RUN_FILES['summary']} records a training that did not complete"
+    return None
 
 
 def curve_cut_short(run: Run) -> str | None:
@@ -61,32 +75,26 @@ def curve_cut_short(run: Run) -> str | None:
 
 
 def run_accounting(runs: list[Run]) -> dict[str, Any]:
-    """What the report used: the runs finished (status done, eval.json read), and each finished run left out of
-    a part of the analysis with the reason: no summary.json (tokens seen unknown: out of the budget fits and the
-    token ratio), an in-training curve cut short (out of the in-training curves and their gap)."""
+    """What the report used: the runs finished (``finished``: the same set in every table, and the count
+    ``--status`` gives), each run marked done that is not finished with the reason, and each finished run left
+    out of the in-training curves because its curve was cut short."""
     done = finished(runs)
     left_out = []
     for run in done:
-        problems = []
-        if not run.summary:
-            problems.append(
-                {
-                    "reason": f"{RUN_FILES['summary']} is missing or unreadable: its tokens seen are unknown",
-                    "left_out_of": "the budget fits and the token ratio (its comparisons use eval.json)",
-                }
+        cut = curve_cut_short(run)
+        if cut:
+            left_out.append(
+                {"run": run.name, "reason": cut, "left_out_of": "the in-training curves and their gap"}
             )
-        else:
-            cut = curve_cut_short(run)
-            if cut:
-                problems.append({"reason": cut, "left_out_of": "the in-training curves and their gap"})
-        left_out += [{"run": run.name, **problem} for problem in problems]
-    incomplete = [
-        run.name for run in runs if run.state == "done" and run.eval is None
-    ]  # status says done, no evaluation read
+    not_used = [
+        {"run": run.name, "reason": not_finished_because(run)}
+        for run in runs
+        if run.state == "done" and not_finished_because(run) is not None
+    ]
     return {
         "runs": len(runs),
         "finished": len(done),
-        "done_without_eval": incomplete,
+        "done_not_finished": not_used,
         "left_out": left_out,
     }
 
@@ -276,6 +284,65 @@ def comparisons(
             c["verdict"] = _verdict(c)
         out += family
     return out
+
+
+def few_seeds(comps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The few-seeds caveat, said once for the whole report: how many comparisons have too few seeds to be
+    resolved, and the seeds that would resolve the largest of them (largest against its seed-to-seed spread),
+    by ``stats.seeds_to_resolve`` from the observed standard deviation of the per-seed differences. None when
+    every comparison has enough seeds."""
+    few = [
+        c
+        for c in comps
+        if c["verdict"] != "at chance" and 2 <= c["seeds"] < stats.MIN_SEEDS_TO_RESOLVE and c.get("seed_se")
+    ]
+    if not few:
+        return None
+
+    def seed_sd(c: dict[str, Any]) -> float:
+        return c["seed_se"] * math.sqrt(c["seeds"])
+
+    largest = max(few, key=lambda c: abs(c["estimate"]) / seed_sd(c))
+    return {
+        "seeds": sorted({c["seeds"] for c in few}),
+        "comparisons": len(few),
+        "largest": {key: largest[key] for key in ("point", "metric", "a", "b", "estimate", "unit", "family")},
+        "seed_sd": seed_sd(largest),
+        "seeds_needed": stats.seeds_to_resolve(largest["estimate"], seed_sd(largest), largest["family"]),
+        "method": (
+            f"a paired t test over seeds at {100 * stats.ALPHA:g}%"
+            + (
+                f"/{largest['family']} (Holm's first step over {largest['family']} pairs)"
+                if largest["family"] > 1
+                else ""
+            )
+            + f" with {100 * stats.POWER:g}% power, taking the standard deviation of the per-seed differences "
+            f"observed over {largest['seeds']} seeds (itself an estimate on {largest['seeds'] - 1} degree"
+            + ("s" if largest["seeds"] > 2 else "")
+            + " of freedom) for the true one"
+        ),
+    }
+
+
+def few_seeds_sentence(caveat: dict[str, Any], markdown: bool = True) -> str:
+    """The caveat in words, for report.md (the seed count in bold) and the command line (``markdown=False``)."""
+    largest = caveat["largest"]
+    where = f"[{largest['point']}] " if largest["point"] else ""
+    seeds = " or ".join(map(str, caveat["seeds"]))
+    bold = "**" if markdown else ""
+    needed = (
+        f"about {bold}{caveat['seeds_needed']} seeds{bold}"
+        if caveat["seeds_needed"]
+        else "more than 1000 seeds"
+    )
+    return (
+        f"With {seeds} seeds nothing is called resolved: the seed-to-seed variation rests on one degree of "
+        f"freedom, so the {caveat['comparisons']} comparisons below give intervals without a verdict. The largest "
+        f"effect against its seed-to-seed spread, {where}{largest['metric']} {largest['a']} − {largest['b']} = "
+        f"{stats.fmt(largest['estimate'])} {largest['unit']} (per-seed differences' standard deviation "
+        f"{stats.fmt(caveat['seed_sd'])}), would be resolved with {100 * stats.POWER:g}% probability with "
+        f"{needed} (power calculation: {caveat['method']})."
+    )
 
 
 def _compare(

@@ -80,7 +80,7 @@ def _observation(run: Run) -> scaling.Observation | None:
     if loss is None or not summary.get("tokens_seen"):
         return None
     # the model's size is its body's, the same for every interface (the learned model's count, table included):
-    # the fixed codes' own trainable counts are smaller, and would split one body into several "sizes"
+    # the other interfaces' own trainable counts are smaller, and would split one body into several "sizes"
     params = (summary.get("params") or {}).get("learned_total")
     return scaling.Observation(run.interface, run.seed, float(summary["tokens_seen"]), loss, params)
 

@@ -33,8 +33,11 @@ def report_data(runs: list[Run], config: dict[str, Any]) -> dict[str, Any]:
 def run_row(run: Run) -> dict[str, Any]:
     """A run as ``report.json`` lists it: its state, training and evaluation outcome."""
     summary, status = run.summary or {}, run.status
+    row = _identity(run)
+    if row["state"] == "done" and comparison.not_finished_because(run):  # as --status reads the run directory
+        row["state"] = "todo" if not summary or summary.get("completed") is False else "trained"
     return {
-        **_identity(run),
+        **row,
         "error": status.get("error"),
         "tokens_seen": summary.get("tokens_seen"),
         "train_wall_s": summary.get("wall_time_s"),

@@ -11,6 +11,7 @@ import numpy as np
 from tablefree.fileio import atomic_path
 from tablefree.report.comparison import VAL_LOSS, curve_cut_short, estimate_curve
 from tablefree.rundir import Run
+from tablefree.units import human
 
 INTERFACE_COLORS = {"learned": "#1f77b4", "canonical": "#ff7f0e", "affine": "#2ca02c"}
 FALLBACK_COLORS = ["#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
@@ -40,6 +41,8 @@ def draw_figures(runs: list[Run], report: dict[str, Any], out_dir: Path) -> list
         figure = draw(runs, report, colors)
         if figure is None:
             continue
+        if isinstance(figure, tuple):  # a figure that drew less than the usual title says names what it drew
+            figure, title = figure
         figure.suptitle(f"{report['name']}: {title}", fontsize=13)
         _save_figure(figure, out_dir / name)
         figures.append({"path": f"figures/{name}", "title": title})
@@ -314,7 +317,8 @@ def _gap(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any
     for ax, (a, b) in zip(axes, pairs, strict=True):
         scale = _token_axis(ax, max_tokens)
         point_colors = _point_colors(points, colors[b])
-        unjoined = banded = False
+        unjoined = False
+        drawn: set[str] = set()  # what the title must describe: "band", "bars", "none"
         for g in (g for g in gaps if (g["a"], g["b"]) == (a, b)):
             tokens = np.array([p["tokens"] for p in g["curve"]]) / scale
             estimate = np.array([p["estimate"] for p in g["curve"]])
@@ -331,24 +335,35 @@ def _gap(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any
                 label=f"{g['point'] or 'gap'} ({g['seeds']} seed{'s' if g['seeds'] != 1 else ''})",
             )
             if all(p["low"] is not None for p in g["curve"]):
-                banded = True
                 low = [p["low"] for p in g["curve"]]
                 high = [p["high"] for p in g["curve"]]
                 if len(tokens) > 1:
+                    drawn.add("band")
                     ax.fill_between(tokens, low, high, color=color, alpha=0.2, linewidth=0)
-                else:
+                else:  # one point: a band would have no width
+                    drawn.add("bars")
                     ax.errorbar(
                         tokens, estimate, yerr=[estimate - low, high - estimate], fmt="none", color=color
                     )
+            else:
+                drawn.add("none")
         ax.axhline(0.0, color="tab:red", linestyle="--", linewidth=1)
         ax.set_ylabel(f"{a} − {b} (nats per token)", fontsize=9)
-        band = "band: 95% t interval over seeds" if banded else "no band: one seed"
-        ax.set_title(f"{a} − {b}: in-training validation estimate\n({band})", fontsize=9)
+        ax.set_title(f"{a} − {b}: in-training validation estimate\n({_interval_note(drawn)})", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(
             fontsize=8, title="unjoined: too few points for a trend" if unjoined else None, title_fontsize=8
         )
     return figure
+
+
+def _interval_note(drawn: set[str]) -> str:
+    """What the gap panel draws around its points, in its subtitle: a band, error bars, or neither."""
+    shapes = [name for key, name in (("band", "band"), ("bars", "bars")) if key in drawn]
+    notes = [f"{' and '.join(shapes)}: 95% t interval over seeds"] if shapes else []
+    if "none" in drawn:
+        notes.append("no interval: one seed" if shapes else "no band: one seed")
+    return "; ".join(notes)
 
 
 def _point_colors(points: list[str], single: str) -> dict[str, str]:
@@ -365,13 +380,34 @@ def _point_colors(points: list[str], single: str) -> dict[str, str]:
 
 
 def _scaling(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) -> Any:
+    """Validation loss against tokens seen and against trainable parameters, one panel per axis along which the
+    grid's points differ: a grid of budgets at one model size has one parameter count per interface, and a
+    panel of it would be vertical lines over one tick, so it is left out and the title says why."""
     rows = report["statistics"]["grid"]
     if len(rows) < 2:
         return None
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.6), layout="constrained")
-    for ax, key, label in ((axes[0], "tokens", "tokens seen"), (axes[1], "params", "trainable parameters")):
+    panels, omitted = [], []
+    for key, label in (("tokens", "tokens seen"), ("params", "trainable parameters")):
+        values = {
+            interface: {row["interfaces"][interface][key] for row in rows if interface in row["interfaces"]}
+            for interface in report["interfaces"]
+        }
+        if any(len(v - {None, 0}) > 1 for v in values.values()):
+            panels.append((key, label))
+        else:
+            counts = ", ".join(
+                f"{interface} {human(next(iter(v)))}" for interface, v in values.items() if v - {None, 0}
+            )
+            what = "budget" if key == "tokens" else "model size"
+            omitted.append(f"one {what} per interface" + (f" ({counts})" if counts else ""))
+    if not panels:
+        return None
+    figure, axes = plt.subplots(
+        1, len(panels), figsize=(max(8, 6 * len(panels)), 4.6), layout="constrained", squeeze=False
+    )
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
         for interface in report["interfaces"]:
             cells = sorted(
                 (row["interfaces"][interface][key], row["interfaces"][interface]["val_loss"])
@@ -383,10 +419,12 @@ def _scaling(runs: list[Run], report: dict[str, Any], colors: dict[str, str]) ->
                 ax.plot(x, y, "o-", color=colors[interface], label=interface)
         ax.set_xlabel(f"{label} (log scale)")
         ax.set_ylabel("validation loss (evaluation over the split, nats/token)", fontsize=9)
-        if not ax.lines:  # the runs recorded no such count: say so rather than draw an empty legend
-            ax.text(0.5, 0.5, f"no {label} recorded", ha="center", va="center", transform=ax.transAxes)
-            continue
         ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    return figure
+    shown = " and ".join("tokens" if key == "tokens" else "parameters" for key, _ in panels)
+    title = f"Validation loss against {shown}"
+    if omitted:
+        left_out = "parameters" if panels[0][0] == "tokens" else "tokens"
+        title += f" (not against {left_out}: {'; '.join(omitted)})"
+    return figure, title

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from tablefree.evaluate.validation import format_coverage
-from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS
+from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, few_seeds_sentence
 from tablefree.report.scaling_markdown import EVALUATION_NAME, fitted_curves_section
 from tablefree.stats import fmt
 from tablefree.units import human
@@ -51,7 +51,8 @@ def _label(point: str) -> str:
 
 def _header(report: dict[str, Any]) -> str:
     runs = report["runs"]
-    done = sum(r["state"] == "done" for r in runs)
+    # the runs every table is built from (comparison.finished), the count `--status` gives too
+    done = (report.get("accounting") or {}).get("finished", sum(r["state"] == "done" for r in runs))
     points = [p["name"] for p in report["points"] if p["name"]]
     lines = [
         f"# Interface comparison: {report['name']}",
@@ -82,7 +83,8 @@ def _header(report: dict[str, Any]) -> str:
     for row in (r for r in runs if r["state"] == "failed"):
         lines.append(f"\n**Run {row['name']} failed**: {row['error'] or 'see its error.txt'}")
     lines += [f"\n> {note}" for note in report["config"].get("notes") or []]
-    missing = [r["name"] for r in runs if r["state"] not in ("done", "failed")]
+    named = {row["run"] for row in (report.get("accounting") or {}).get("done_not_finished") or []}
+    missing = [r["name"] for r in runs if r["state"] not in ("done", "failed") and r["name"] not in named]
     if missing:
         lines.append(
             f"\nNot finished yet: {', '.join(missing)} (re-run the same `tablefree compare` command)."
@@ -95,10 +97,13 @@ def _accounting(accounting: dict[str, Any] | None) -> list[str]:
     if not accounting:
         return []
     lines = []
-    if accounting["done_without_eval"]:
+    not_used = accounting.get("done_not_finished") or []
+    if not_used:
         lines.append(
-            f"\n**Marked done but without a readable eval.json, so not used**: {', '.join(accounting['done_without_eval'])}."
+            "\n**Marked done but not finished, so in none of the tables** (re-run the same `tablefree compare` "
+            "command to finish them):"
         )
+        lines += [f"- {row['run']}: {row['reason']}." for row in not_used]
     left = accounting["left_out"]
     if left:
         used = accounting["finished"] - len({row["run"] for row in left})
@@ -144,6 +149,9 @@ def _verdict(report: dict[str, Any]) -> str:
         "seed; Holm's correction across those pairs, per question.",
         "",
     ]
+    caveat = report["statistics"].get("few_seeds")
+    if caveat:
+        lines += [few_seeds_sentence(caveat), ""]
     for c in comps:
         lines.append(f"- {_label(c['point'])}**{c['metric']}**, {c['a']} vs {c['b']}: {c['sentence']}")
     return "\n".join(lines)

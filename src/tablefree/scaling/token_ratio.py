@@ -1,10 +1,12 @@
-"""The token ratio, no functional form: how many tokens the learned model needs to reach a fixed code's loss.
+"""The token ratio, no functional form: how many tokens the learned model needs to reach another interface's
+loss.
 
-For a fixed-code interface F, a budget D and a seed s: the learned run of seed s gives a curve of final
+For an interface F other than the learned table (a fixed code, or one with a smaller trainable input such as
+``separable``), a budget D and a seed s: the learned run of seed s gives a curve of final
 validation loss against its budgets (separate runs, one point per budget); the tokens D* at which that curve
 reaches F's final loss at D (seed s) are interpolated linearly in log D between the two budgets around it, and
-the ratio is r = D*/D. Below 1 the learned model needs fewer tokens than the fixed code: **the table is worth
-1/r × data** (the fixed code needs 1/r times the tokens for the same loss). Paired by seed, since runs of one
+the ratio is r = D*/D. Below 1 the learned model needs fewer tokens than F: **the table is worth
+1/r × data** (F needs 1/r times the tokens for the same loss). Paired by seed, since runs of one
 seed share the initialisation and the data order.
 
 Where F's loss lies outside the learned curve's range there is no interpolation and no extrapolation: above
@@ -14,7 +16,7 @@ log r over the seeds (so r and 1/r have the same interval, inverted); where some
 is a bound too (the same direction), and with bounds in both directions none is given.
 
 Its change across budgets: per step between consecutive budgets, the change of log r per doubling of D, paired
-by seed, with its t interval over the seeds and Holm's correction over the steps of one fixed code; and over all
+by seed, with its t interval over the seeds and Holm's correction over the steps of one interface; and over all
 budgets where every seed has a value, the least-squares slope of log r against log₂ D per seed, with its t
 interval over the seeds. A change reads "rises" or "falls" only where its interval excludes 0 (after Holm for a
 step) with 3 or more seeds.
@@ -34,8 +36,8 @@ from tablefree.units import human
 
 REFERENCE = "learned"
 DEFINITION = (
-    "ratio = D*/D, where D* is the tokens the learned model needs to reach the fixed code's final validation loss "
-    "at budget D, interpolated linearly in log D on the learned run's own curve of final loss against budget "
+    "ratio = D*/D, where D* is the tokens the learned model needs to reach the other interface's final validation "
+    "loss at budget D, interpolated linearly in log D on the learned run's own curve of final loss against budget "
     "(the same seed); below 1 the learned model needs fewer tokens: the table is worth 1/ratio × data"
 )
 INTERVAL = "t interval over seeds on log ratio (geometric mean over seeds)"
@@ -47,7 +49,7 @@ def token_ratio(
     confidence: float = 0.95,
     past_plateau: Sequence[float] | None = None,
 ) -> dict:
-    """Per fixed-code interface (every interface but ``reference``) and budget, the token ratio with its interval
+    """Per interface compared with ``reference`` (every other one) and budget, the token ratio with its interval
     over seeds or its bound, and its change across budgets (module docstring). Observations of one model size.
     ``past_plateau``: the budgets of the fit window, marked on each row (None: not known)."""
     table: dict[tuple[str, int], dict[float, float]] = {}
@@ -59,7 +61,7 @@ def token_ratio(
         "reference": reference,
         "definition": DEFINITION,
         "interval": f"{level} {INTERVAL}",
-        "step_interval": f"{level} t interval over seeds, Holm over the steps of each fixed code",
+        "step_interval": f"{level} t interval over seeds, Holm over the steps of each interface",
         "confidence": confidence,
         "codes": [],
         "sentences": [],
@@ -178,7 +180,7 @@ def _steps(values: dict[float, dict[int, tuple[str, float]]], confidence: float)
 
 
 def _trend(values: dict[float, dict[int, tuple[str, float]]], confidence: float) -> dict | None:
-    """The slope of log r against log₂ D per seed over the budgets where every seed (of the fixed code's seeds
+    """The slope of log r against log₂ D per seed over the budgets where every seed (of the interface's seeds
     at every such budget) has an interpolated ratio; None with fewer than 3 such budgets or 2 seeds."""
     seeds = sorted(set.intersection(*(set(v) for v in values.values()))) if values else []
     budgets = [b for b in sorted(values) if all(values[b][s][0] == "exact" for s in seeds)]

@@ -13,6 +13,7 @@ from tablefree.checkpoint import layout
 from tablefree.checkpoint.verify import verify_digests
 from tablefree.fileio import read_json, write_json_atomic
 from tablefree.rundir import RUN_FILES
+from tablefree.sweep.branch_record import dependency_digests
 from tablefree.sweep.plan import RunPlan
 
 
@@ -30,6 +31,13 @@ def start_branch(run: RunPlan) -> bool:
         # the trunk finished before this budget joined the grid, so it kept no checkpoint here: the branch is
         # the same run as training from scratch, which is what happens
         return False
+    if not layout.is_complete(source) and not run.branch.directory.exists():
+        raise RuntimeError(
+            f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, and "
+            f"{run.branch.trunk}'s run directory {run.branch.directory} does not exist (deleted?): the sweep "
+            f"command trains {run.branch.trunk} again first, keeping a checkpoint at every branch step, then its "
+            f"branches; run it (with --only, run {run.branch.trunk} before this run)"
+        )
     if not layout.is_complete(source):
         raise RuntimeError(
             f"{run.name} starts from {run.branch.trunk}'s checkpoint at step {run.branch.step}, and {source} "
@@ -59,6 +67,8 @@ def start_branch(run: RunPlan) -> bool:
             "trunk_dir": os.path.relpath(run.branch.directory, run.directory),
             "step": run.branch.step,
             "checkpoint_sha256": read_json(source / layout.COMPLETE_MARKER).get("sha256"),
+            # what it trains from: a trunk retrained to the same state is accepted (sweep.branch_record)
+            "depends_sha256": dependency_digests(source),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
     )

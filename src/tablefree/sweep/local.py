@@ -11,18 +11,25 @@ from tablefree.sweep.config import CompareConfig
 from tablefree.sweep.grid import same_except
 from tablefree.sweep.plan import RunPlan
 from tablefree.sweep.run import execute_run
-from tablefree.sweep.status import run_state
+from tablefree.sweep.status import check_branch, hold_sweep, run_state
 from tablefree.train.recipe import budget_steps
 
 
 def run_local(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[str, Any]:
-    """Train and evaluate every run of ``plans`` here; returns ``{"out", "runs": {name: state}, "failed",
-    "report": None}``."""
+    """Train and evaluate every run of ``plans`` here, holding the sweep's lock (``hold_sweep``: a second
+    ``compare`` is refused, ``--status`` names this process); returns ``{"out", "runs": {name: state},
+    "failed", "report": None}``."""
+    with hold_sweep(config.out_dir):
+        return _run_plans(config, plans, log)
+
+
+def _run_plans(config: CompareConfig, plans: list[RunPlan], log) -> dict[str, Any]:
     outcome: dict[str, str] = {}
     # per model size: [tokens, seconds] of the runs this invocation trained and evaluated, for the time left
     measured: dict[str, list[float]] = {}
     for number, run in enumerate(plans, start=1):
         prefix = f"[run {number}/{len(plans)}] {run.name}"
+        check_branch(run)  # against its trunk as it is now: one retrained by this sweep is checked here
         state = run_state(run, config.eval)
         if state == "done":
             log(f"{prefix}: finished earlier, skipped")

@@ -20,7 +20,7 @@ from tablefree.sweep.dataset import prepare_data
 from tablefree.sweep.plan import RunPlan, check_plans, check_sweep, plan_runs
 from tablefree.sweep.record import write_sweep_config, write_yaml_atomic
 from tablefree.sweep.run import execute_run, train_run
-from tablefree.sweep.status import jobs_folder, run_state, sweep_status
+from tablefree.sweep.status import check_branch, check_branches, jobs_folder, run_state, sweep_status
 
 
 def submit_sweep(config: CompareConfig, plans: list[RunPlan], log=print) -> dict[str, Any]:
@@ -69,6 +69,7 @@ def run_job(config: CompareConfig, run: RunPlan) -> str:
             if launch.node_rank() != 0:
                 train_run(config, run)
                 return "trained"
+            check_branch(run)
             state = run_state(run, config.eval)
             return "done" if state == "done" else execute_run(config, run, state, prefix, print)
     except KeyboardInterrupt:
@@ -83,8 +84,10 @@ def run_job(config: CompareConfig, run: RunPlan) -> str:
 def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
     """Write the sweep's unfinished runs as plain sbatch array scripts, one line per run (``tablefree compare
     --only RUN``), run from this directory (``--chdir``). A budget branch starts from its trunk's checkpoint, so
-    the branches of unfinished trunks go in a second script (``PATH`` with ``-branches``), submitted with
-    ``--dependency=afterok`` on the first: they start once every run of the first has finished."""
+    the branches of unfinished trunks go in a second script (``PATH`` with ``-branches``), and a third
+    (``-submit.sh``) submits the first, then each trunk's branches as their own array that waits
+    (``--dependency=afterok:JOB_TASK``) on that trunk's task alone: a failed trunk holds back its own branches,
+    not every other trunk's."""
     plans = plan_runs(config)
     check_plans(config, plans)  # before a long data preparation
     prepare_data(config, log)
@@ -93,6 +96,7 @@ def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
     if not todo:
         raise ValueError(f"every run of {config.out_dir} is done: nothing to write to {path}")
     check_sweep(config, todo)
+    check_branches(plans)
     config.out_dir.mkdir(parents=True, exist_ok=True)
     write_sweep_config(config, config.out_dir)
     # The config as resolved here (command-line overrides included), for the tasks to load.
@@ -118,14 +122,48 @@ def emit_sbatch(config: CompareConfig, path: Path, log=print) -> list[RunPlan]:
     if unset:
         log(f"not set, so the cluster's defaults apply: {', '.join(unset)}")
     if waiting:
+        submit = path.with_name(f"{path.stem}-submit.sh")
+        launch.write_sbatch(
+            submit, submit_script(path, first, scripts[1][0], waiting, spec.array_parallelism)
+        )
         log(
-            f"wrote {path} ({len(first)} runs) and {scripts[1][0]} ({len(waiting)} branches of those trunks); "
-            f"submit with `jid=$(sbatch --parsable {path}) && sbatch --dependency=afterok:$jid "
-            f"{scripts[1][0]}` (logs in {folder})"
+            f"wrote {path} ({len(first)} runs), {scripts[1][0]} ({len(waiting)} branches of those trunks) and "
+            f"{submit}, which submits both, each trunk's branches waiting on that trunk's own task; submit with "
+            f"`bash {submit}` (logs in {folder})"
         )
     else:
         log(f"wrote {path}: {len(first)} runs; submit with `sbatch {path}` (logs in {folder})")
     return first + waiting
+
+
+def submit_script(
+    path: Path, first: list[RunPlan], branches_path: Path, waiting: list[RunPlan], parallelism: int
+) -> str:
+    """A bash script that submits ``path`` (the trunks and other runs), then per trunk one array of its
+    branches (their lines of ``branches_path``, ``--array`` overriding the script's own) with
+    ``--dependency=afterok:JOB_TASK`` on the trunk's task in the first array."""
+    task = {run.name: index for index, run in enumerate(first)}
+    groups: dict[str, list[int]] = {}  # trunk name: the branches' lines, contiguous in the plan's order
+    for index, run in enumerate(waiting):
+        assert run.branch is not None
+        groups.setdefault(run.branch.trunk, []).append(index)
+    lines = [
+        "#!/bin/bash",
+        "# Submits the runs, then each trunk's branches waiting on that trunk's own array task (afterok).",
+        "set -euo pipefail",
+        f"jid=$(sbatch --parsable {shlex.quote(str(path))})",
+        'jid="${jid%%;*}"  # --parsable prints JOB or JOB;CLUSTER',
+        f'echo "{path.name}: job $jid"',
+    ]
+    for trunk, indices in groups.items():
+        contiguous = indices == list(range(indices[0], indices[-1] + 1))
+        tasks = f"{indices[0]}-{indices[-1]}" if contiguous else ",".join(map(str, indices))
+        limit = min(len(indices), parallelism)
+        lines.append(
+            f'sbatch --parsable --dependency="afterok:${{jid}}_{task[trunk]}" --array={tasks}%{limit} '
+            f"{shlex.quote(str(branches_path))}  # the branches of {trunk}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # the per-job resources an sbatch script leaves to the cluster when the config does not set them
