@@ -58,7 +58,8 @@ def run_record(run: Run) -> dict[str, Any]:
         "tokens_seen": summary.get("tokens_seen"),
         "params": summary.get("params"),
         "validation": {
-            key: validation.get(key) for key in ("metrics", "tokens", "bytes", "n", "per_document")
+            key: validation.get(key)
+            for key in ("metrics", "tokens", "bytes", "n", "per_document", "frequency_bands")
         },
         "curve": [
             {key: record[key] for key in CURVE_KEYS if key in record} for record in run.metrics_records()
