@@ -565,6 +565,7 @@ def test_few_seeds_backtest_refits_each_seed_and_takes_a_t_interval():
     assert learned["per_seed_error"] == pytest.approx(errors, abs=1e-6)
     half = stats.student_t_ppf(0.975, 2) * np.std(errors, ddof=1) / np.sqrt(3)
     assert learned["error"] == pytest.approx(np.mean(errors), abs=1e-6)
+    assert learned["error"] == pytest.approx(learned["predicted"] - learned["observed"], abs=1e-12)
     assert learned["error_low"] == pytest.approx(np.mean(errors) - half, abs=1e-6)
     assert (
         learned["error"] == pytest.approx(0.02, abs=2e-3) and not learned["covered"]

@@ -50,8 +50,9 @@ def check_backtest_per_seed(
 ) -> dict:
     """The backtest with few seeds: ``predicted_per_seed`` (S,) each seed's own refit's prediction at the held-out
     budget, ``per_seed`` (S,) each seed's measured value there; the error's interval is the t interval (S − 1
-    df) of the mean per-seed error, and the check passes when it includes 0. ``low``/``high`` bound the
-    prediction alone (the same t interval of the per-seed predictions); ``predicted`` is the fit of all seeds'."""
+    df) of the mean per-seed error, and the check passes when it includes 0. ``predicted`` is the mean of the
+    per-seed predictions (so that ``error`` = ``predicted`` − ``observed``), ``low``/``high`` its t interval;
+    ``predicted_all_seeds`` is the prediction of the fit to every seed's points, ``predicted``."""
     seeds = per_seed.size
     errors = np.asarray(predicted_per_seed, dtype=np.float64) - per_seed
     t = stats.student_t_ppf(0.5 + confidence / 2, seeds - 1)
@@ -61,11 +62,12 @@ def check_backtest_per_seed(
         half = t * float(values.std(ddof=1)) / math.sqrt(seeds)
         return mean, mean - half, mean + half
 
-    _, low, high = t_interval(np.asarray(predicted_per_seed, dtype=np.float64))
+    mean_prediction, low, high = t_interval(np.asarray(predicted_per_seed, dtype=np.float64))
     error, error_low, error_high = t_interval(errors)
     return {
         "at": float(held_out),
-        "predicted": float(predicted),
+        "predicted": mean_prediction,
+        "predicted_all_seeds": float(predicted),
         "low": low,
         "high": high,
         "observed": float(per_seed.mean()),
