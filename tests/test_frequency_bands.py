@@ -131,6 +131,13 @@ def test_share_weighted_bands_add_up_to_the_whole_gap(dataset: Path) -> None:
             assert cell["low"] < cell["estimate"] < cell["high"]
     markdown = frequency_bands_markdown([{"point": "", **split}])
     assert "## Where the gap lives in the vocabulary" in markdown and "**By input token**" in markdown
+    assert "| band 0 |" not in markdown  # one point: no summary across points
+    both = frequency_bands_markdown([{"point": "1M", **split}, {"point": "2M", **split}])
+    rare = split["sides"]["target"]["pairs"][0]["bands"][-1]
+    assert (
+        "| 2M | target | learned − canonical | " in both
+        and f"{rare['estimate']:.4f} [{rare['low']:.4f}," in both
+    )
     # runs scored on other tokens cannot be split together
     other = copy.deepcopy(tallies)
     other["canonical"][2]["target"]["tokens"][0][0] += 1

@@ -250,6 +250,9 @@ def frequency_bands_markdown(sections: list[dict[str, Any]], heading: str = "##"
             "to the whole gap.",
             "",
         ]
+    split = [s for s in sections if "sides" in s]
+    if len(split) > 1:
+        lines += _summary(split)
     for section in sections:
         label = f" at {section['point']}" if section.get("point") else ""
         if "unavailable" in section:
@@ -290,6 +293,26 @@ def frequency_bands_markdown(sections: list[dict[str, Any]], heading: str = "##"
                 )
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _summary(sections: list[dict[str, Any]]) -> list[str]:
+    """One row per grid point, side and pair: each band's gap with its interval, and the whole gap."""
+    bands = sections[0]["definition"]["bands"]
+    header = ["point", "side", "pair"] + [f"band {b}" for b in range(bands)] + ["whole gap"]
+    lines = [
+        "Each band's gap A − B (nats/token on the band's tokens, 95% interval) at every grid point; the "
+        "tables below give shares, losses and contributions:",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for section in sections:
+        for side in SIDES:
+            for pair in section["sides"][side]["pairs"]:
+                cells = [section.get("point") or "–", side, f"{pair['a']} − {pair['b']}"]
+                cells += [_interval(cell) for cell in pair["bands"]] + [_interval(pair["whole"])]
+                lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _reading(pair: dict[str, Any], bands: list[dict[str, Any]]) -> str:
