@@ -243,11 +243,8 @@ def test_analyze_frequency_bands_scores_a_checkpoint_against_its_reference(datas
         "--frequency-bands compares two models: name the other one with --reference"
         in capsys.readouterr().err
     )
-    out = tmp_path / "out"
-    assert (
-        main(["analyze", str(canonical), "--reference", str(learned), "--frequency-bands", "--out", str(out)])
-        == 0
-    )
+    assert main(["analyze", str(canonical), "--reference", str(learned), "--frequency-bands"]) == 0
+    out = canonical / "frequency-bands"  # not the probes' directory, which is replaced whole
     result = json.loads((out / "frequency_bands.json").read_text())
     pair = result["sides"]["target"]["pairs"][0]
     gap = (

@@ -88,8 +88,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="instead of the probes: checkpoint − reference on the validation split, per frequency band of the "
         "input and of the target token (five bands of equal training-token mass), with a document-bootstrap "
-        "interval; needs --reference (a sweep's report has the same split paired over seeds) "
-        "(default: the probes)",
+        "interval, into --out (default CHECKPOINT/frequency-bands); needs --reference (a sweep's report has the "
+        "same split paired over seeds) (default: the probes)",
     )
     parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
@@ -139,9 +139,9 @@ def probe_words(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.frequency_bands:  # its own directory: the probes' is replaced whole and refuses other files
+        return run_frequency_bands(args, args.out or str(Path(args.checkpoint) / "frequency-bands"))
     out = args.out if args.out is not None else str(Path(args.checkpoint) / "analysis")
-    if args.frequency_bands:
-        return run_frequency_bands(args, out)
     result = run_analysis(
         args.checkpoint,
         reference=args.reference,
