@@ -22,7 +22,7 @@ from tablefree.data.tokenizer import load_tokenizer, tokenizer_hash
 from tablefree.evaluate.frequency_bands import frequency_bands
 from tablefree.evaluate.validation import validation_metrics
 from tablefree.report import build_report
-from tablefree.report.data import DATA_FILE
+from tablefree.report.data import DATA_FILE, statistics_from_data
 from train_helpers import make_dataset
 
 VOCAB = 96
@@ -217,6 +217,8 @@ def test_compare_report_finds_the_planted_band_and_ships_the_split(tmp_path: Pat
     assert json.loads((sweep / DATA_FILE).read_text())["frequency_bands"] == json.loads(
         json.dumps(section and report["frequency_bands"])
     )
+    rebuilt = statistics_from_data(sweep / DATA_FILE, n_boot=300)["frequency_bands"]  # the shipped file alone
+    assert json.loads(json.dumps(rebuilt)) == json.loads(json.dumps(report["frequency_bands"]))
     markdown = (sweep / "report.md").read_text()
     assert "## Where the gap lives in the vocabulary" in markdown and "**By target token**" in markdown
     # a run evaluated before the tallies existed: the section says why there is no split
