@@ -123,6 +123,20 @@ def parse_count(text: str | int, where: str = "value") -> int:
     return int(number)
 
 
+def parse_bytes(text: str, where: str = "value") -> int:
+    """``80GiB``, ``141GB``, ``512MiB`` or a plain byte count: binary (KiB, MiB, GiB, TiB) and decimal (kB, MB, GB,
+    TB) suffixes."""
+    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+    units |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in units or float(match.group(1)) <= 0:
+        raise ValueError(
+            f"{where}: expected a size such as 80GiB, 141GB or 85899345920 (bytes), got {text!r}"
+        )
+    return int(float(match.group(1)) * units[unit])
+
+
 def parse_token_budgets(values: list[str | int], where: str = "predict_at") -> list[int]:
     """Positive token counts (``17B``, ``100B``) from a list, each parsed by ``parse_count``; a boolean, 0 or a
     negative count is refused, naming its index."""

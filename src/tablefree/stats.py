@@ -95,6 +95,7 @@ class Difference:
     p_value: float | None = None
     confidence: float = 0.95
     seed_se: float | None = None
+    seed_df: float | None = None  # the seed-only test's df where it is not seeds − 1 (a contrast of groups)
 
     @property
     def excludes_zero(self) -> bool:
@@ -103,8 +104,9 @@ class Difference:
     def tests(self) -> list[tuple[float, float]]:
         """(se, df) of each test the interval is the wider of: the combined one, then the seed-only t."""
         found = [(self.se, self.df)] if self.se is not None and self.df is not None else []
-        if self.seed_se is not None and self.seeds > 1 and (self.seed_se, self.seeds - 1.0) not in found:
-            found.append((self.seed_se, float(self.seeds - 1)))
+        seed_df = float(self.seeds - 1) if self.seed_df is None else self.seed_df
+        if self.seed_se is not None and self.seeds > 1 and (self.seed_se, seed_df) not in found:
+            found.append((self.seed_se, seed_df))
         return found
 
     def interval_at(self, confidence: float) -> tuple[float, float] | None:
@@ -137,7 +139,10 @@ class Difference:
         }
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "excludes_zero": self.excludes_zero}
+        record = {**asdict(self), "excludes_zero": self.excludes_zero}
+        if self.seed_df is None:
+            del record["seed_df"]  # the usual seeds − 1: report.json keeps its old fields
+        return record
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
@@ -236,6 +241,86 @@ def variance_components(
         v_eval = replicates.var(axis=0, ddof=1) / bias
         df_eval = total**2 / squares - 1
     return estimate, v_seed, v_eval, df_eval
+
+
+def contrast_difference(
+    differences: Sequence[np.ndarray],
+    weights: np.ndarray,
+    coefficients: Sequence[float],
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = DEFAULT_SEED,
+    confidence: float = 0.95,
+) -> Difference:
+    """A contrast Σ_g c_g·D̄_g of paired differences measured in separate groups of seeds (the rungs of a model
+    ladder: each group its own runs) on one evaluation set: ``differences[g]`` is (seeds_g, clusters) of summed
+    A − B per cluster, ``weights`` (clusters,) the units per cluster, shared by every group. With c = (−1, 1) it
+    is the change of the gap from one group to the next; with least-squares weights on x_g, the slope of the gap
+    against x.
+
+    The same design as ``paired_difference``, with the seed part unpaired across groups: v_seed = Σ c_g²·s_g²/S_g
+    with Welch–Satterthwaite df over the groups; v_eval from one cluster bootstrap of the contrast's per-cluster
+    sums (the same documents in every group, so their shared sampling error cancels where the groups agree). The
+    interval is the wider of the seed-only t and the combined t, as everywhere."""
+    groups = [_matrix(d, f"differences[{g}]") for g, d in enumerate(differences)]
+    c = _finite_1d(coefficients, "coefficients")
+    if len(groups) != c.size or len(groups) < 2:
+        raise ValueError(
+            f"a contrast needs ≥2 groups and one coefficient each: {len(groups)} groups, {c.size}"
+        )
+    clusters = groups[0].shape[1]
+    w = _finite_1d(weights, "weights")
+    if any(g.shape[1] != clusters for g in groups) or w.shape != (clusters,) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"every group needs the same {clusters} clusters and non-negative weights for them")
+    seeds = [g.shape[0] for g in groups]
+    if min(seeds) < 2:
+        raise ValueError(f"a contrast needs ≥2 seeds in every group (the seed variation), got {seeds}")
+    per_seed = [g.sum(axis=1) / w.sum() for g in groups]
+    estimate = float(sum(cg * p.mean() for cg, p in zip(c, per_seed, strict=True)))
+    parts = np.array([cg**2 * p.var(ddof=1) / p.size for cg, p in zip(c, per_seed, strict=True)])
+    v_seed = float(parts.sum())
+    seed_df = (
+        float(v_seed**2 / sum(part**2 / (p.size - 1) for part, p in zip(parts, per_seed, strict=True)))
+        if v_seed
+        else 1.0
+    )
+    v_eval, df_eval = 0.0, 0.0
+    if n_boot and clusters > 1:
+        contrast = sum(cg * g.mean(axis=0) for cg, g in zip(c, groups, strict=True))[None]
+        v_eval, df_eval = (float(x[0]) for x in variance_components(contrast[None], w, n_boot, seed)[2:])
+    se = math.sqrt(v_seed + v_eval)
+    method = (
+        f"wider of the Welch t on the seeds of {len(groups)} separate groups ({'/'.join(map(str, seeds))} seeds, "
+        f"{seed_df:.1f} df) and the seeds + a cluster bootstrap over {clusters} documents ({n_boot} replicates, "
+        f"seed {seed}; Welch–Satterthwaite df)"
+    )
+    if se == 0:
+        raise ValueError("a contrast with no variation at all (every seed and document agrees): no interval")
+    df = float(welch_satterthwaite(v_seed, seed_df, v_eval, df_eval if v_eval > 0 else 0))
+    provisional = Difference(
+        estimate,
+        None,
+        None,
+        method,
+        sum(seeds),
+        clusters,
+        se=se,
+        df=df,
+        confidence=confidence,
+        seed_se=math.sqrt(v_seed),
+        seed_df=seed_df,
+    )
+    low, high = provisional.interval_at(confidence)  # type: ignore[misc]
+    p = max(two_sided_p(estimate / s, d) if s > 0 else 0.0 for s, d in provisional.tests())
+    return replace(provisional, low=low, high=high, p_value=p)
+
+
+def least_squares_weights(x: Sequence[float]) -> np.ndarray:
+    """c with Σ c_g·y_g the least-squares slope of y against x (one y per x): (x − x̄)/Σ(x − x̄)²."""
+    values = _finite_1d(x, "x")
+    centered = values - values.mean()
+    if values.size < 2 or not (centered @ centered) > 0:
+        raise ValueError(f"a slope needs ≥2 distinct x values, got {values.tolist()}")
+    return centered / (centered @ centered)
 
 
 def welch_satterthwaite(

@@ -21,12 +21,14 @@ from tablefree.cpu_threads import choose_wait_policy
 COMMAND_MODULES = [
     "tablefree.cli.demo",
     "tablefree.cli.compare",
+    "tablefree.cli.ladder",
     "tablefree.cli.train",
     "tablefree.cli.eval",
     "tablefree.cli.analyze",
     "tablefree.cli.data",
     "tablefree.cli.interop",
     "tablefree.cli.params",
+    "tablefree.cli.memory",
     "tablefree.cli.hardware",
 ]
 

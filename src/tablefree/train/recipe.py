@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from tablefree.config_parsing import from_dict_with_overrides, load_yaml, parse_count
+from tablefree.config_parsing import from_dict_with_overrides, load_yaml, parse_bytes, parse_count
 from tablefree.interfaces.options import InterfaceConfig
 from tablefree.model_config import PRESETS, ModelConfig, preset
 
@@ -167,6 +167,9 @@ class TrainConfig:
     # and reads its own shards (torch.distributed.checkpoint); auto: sharded under FSDP2 with several processes;
     # none: no checkpoints at all (benchmarks)
     checkpoint_format: str = "auto"
+    # the device memory the memory plan must fit before training starts (train.memory_plan): auto = the GPU's
+    # total memory (no check on a CPU), off = no check, or a size such as 80GiB (checked on any device)
+    device_memory: str = "auto"
 
     def __post_init__(self) -> None:
         self.budget = str(self.budget)
@@ -207,6 +210,13 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.device_memory not in ("auto", "off"):
+            try:
+                parse_bytes(self.device_memory, "device_memory")
+            except ValueError:
+                raise ValueError(
+                    f"device_memory: expected auto, off or a size such as 80GiB or 141GB, got {self.device_memory!r}"
+                ) from None
 
 
 def parse_budget(text: str | int) -> tuple[str, int]:

@@ -53,6 +53,7 @@ OPERATIONAL_FIELDS = (
     "micro_batch",
     "on_nonfinite",
     "checkpoint_format",
+    "device_memory",
 )
 
 

@@ -54,6 +54,12 @@ from tablefree.params import param_breakdown
 from tablefree.precision import autocast_dtype, choose_compile, choose_precision, estimate_eager_seconds
 from tablefree.rundir import RUN_FILES
 from tablefree.train.checkpoints import Checkpointer
+from tablefree.train.memory_plan import (
+    describe_fit,
+    device_memory_to_check,
+    launch_shape,
+    refuse_if_too_large,
+)
 from tablefree.train.metrics import (
     MetricsLog,
     StepLog,
@@ -160,6 +166,15 @@ class Trainer:
         self.breakdown = param_breakdown(self.model_config)
         self.flops_per_token = flops_per_token(self.model_config, self.plan.seq_len)
         self.precision = choose_precision(config.precision, self.device)
+        # the memory plan, before anything is measured or allocated: a launch that cannot fit the device stops here
+        device_memory = device_memory_to_check(config.device_memory, self.device, info.is_main)
+        if device_memory is not None:
+            shape = launch_shape(
+                config, self.model_config, info.world_size, self.precision.value, self.plan.grad_accum
+            )
+            estimate = refuse_if_too_large(self.model_config, config, shape, device_memory)
+            if info.is_main:
+                print(f"memory plan: {describe_fit(estimate, device_memory)}", flush=True)
         self.memory = keep_freed_memory(self.device)
         # MFU's ceiling: the measured matmul rate of the dtype in use on this device (cached per machine).
         self.ceiling = measured_peak_flops(

@@ -1,0 +1,61 @@
+"""``tablefree ladder``: one question asked of several model sizes, each its own budget sweep (Python API:
+``tablefree.report.ladder.ladder_data`` and ``write_ladder``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tablefree import stats
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ladder",
+        help="compare the interfaces' gap across model sizes (rungs), each a budget sweep of its own",
+        description="Read each rung's report directory (report.json and report_data.json, as `tablefree report` "
+        "writes them), take the budgets at the given tokens per parameter of each rung's learned model, and write "
+        "OUT/report.md, report.json, report_data.json (the ladder's raw data) and figures/ladder.png: per rung the "
+        "gaps with intervals, the token ratio, the table share and compute 6·N·D; across rungs each gap's change "
+        "and, with three rungs or more, its slope against depth and compute. `--data OUT/report_data.json` "
+        "rebuilds the ladder from its raw data alone. Python API: "
+        "tablefree.report.ladder.write_ladder(OUT, ladder_data(RUNG_DIRS)).",
+    )
+    parser.add_argument("rungs", nargs="*", type=Path, metavar="RUNG_DIR", help="a rung's report directory")
+    parser.add_argument("--out", type=Path, required=True, help="the ladder's directory")
+    parser.add_argument("--data", type=Path, default=None, help="rebuild from this report_data.json instead")
+    parser.add_argument(
+        "--ratios",
+        default="7.5,15,30",
+        help="tokens per learned parameter, comma-separated (default: 7.5,15,30)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="the peak rate to compare every rung at, where a rung's grid also has rates (default: its only one)",
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=stats.DEFAULT_BOOTSTRAP, help="bootstrap replicates (default: 10000)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tablefree.fileio import read_json
+    from tablefree.report.ladder import ladder_data, write_ladder
+
+    if bool(args.rungs) == bool(args.data):
+        raise ValueError(
+            "give either RUNG_DIR... (two or more report directories) or --data REPORT_DATA_JSON"
+        )
+    try:
+        ratios = [float(part) for part in args.ratios.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--ratios: expected numbers separated by commas, got {args.ratios!r}") from None
+    data = read_json(args.data) if args.data else ladder_data(args.rungs, ratios, rate=args.rate)
+    report = write_ladder(args.out, data, n_boot=args.bootstrap)
+    print(f"ladder: {args.out / 'report.md'}")
+    for sentence in report["sentences"]:
+        print(f"  {sentence}")
+    return 0

@@ -1,0 +1,450 @@
+"""A ladder of model sizes: the same question asked of several bodies ("rungs"), each its own budget sweep, at
+matched tokens per parameter. The rungs' reports are the inputs (``report.json`` for the body, ``report_data.json``
+for the runs); ``ladder_data`` keeps what the ladder uses of them in one sidecar, and ``ladder_report`` recomputes
+everything from that sidecar alone.
+
+Per rung and tokens-per-parameter ratio: each pair's gap (learned − other, paired by seed, the report's interval),
+in nats/token and bits per byte, the token ratio (``scaling.token_ratio`` over the rung's ladder budgets), the
+table's share of the learned model and the compute 6·N·D (N the parameters outside the table: the table is a
+lookup). Across rungs at one ratio: the change of each gap from one rung to the next, and with three rungs or more
+the least-squares slope of the gap against log₂(layers) and against log₂(compute). The rungs are separate runs
+with their own seeds, scored on the same validation documents: each change and slope is a contrast of the rungs'
+paired gaps (``stats.contrast_difference``: seeds unpaired across rungs, documents shared).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tablefree import stats
+from tablefree.fileio import read_json, strict_json, write_json_atomic, write_text_atomic
+from tablefree.report import comparison
+from tablefree.report.data import DATA_FILE, runs_from_data
+from tablefree.report.figures import _save_figure
+from tablefree.scaling.observations import RATIO_TOLERANCE, Observation
+from tablefree.scaling.token_ratio import token_ratio
+
+FORMAT = "tablefree-ladder-data/1"
+REFERENCE = "learned"
+DEFAULT_RATIOS = (7.5, 15.0, 30.0)
+MIN_RUNGS_FOR_TREND = 3  # a slope through two rungs is their difference: say so, do not call it a trend
+
+
+def ladder_data(
+    rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS, rate: float | None = None
+) -> dict[str, Any]:
+    """The ladder's raw data from each rung's report directory (``report.json`` + ``report_data.json``, as
+    ``tablefree report`` writes them): per rung its body and, per ratio, the finished runs of the budget at that
+    many tokens per parameter of its learned model (within 5%), without their training curves. Refuses a rung
+    without such a budget, naming the ratios it has. A rung whose grid also has rates trains several points at a
+    ratio: ``rate`` picks the peak rate every rung is compared at (refused without it, naming the rates)."""
+    if len(rung_dirs) < 2:
+        raise ValueError(f"a ladder needs at least two rungs (report directories), got {len(rung_dirs)}")
+    rungs = []
+    for directory in map(Path, rung_dirs):
+        report = read_json(directory / "report.json")
+        data_path = directory / DATA_FILE
+        data = read_json(data_path)
+        model = ((report.get("config") or {}).get("train") or {}).get("model") or {}
+        if "n_layers" not in model:
+            raise ValueError(f"{directory / 'report.json'}: config.train.model names no n_layers")
+        records = [r for r in data.get("runs") or [] if r.get("state") == "done"]
+        learned = [r for r in records if r["interface"] == REFERENCE]
+        if not learned:
+            raise ValueError(
+                f"{data_path}: no finished {REFERENCE} runs: the ratios are per learned parameter"
+            )
+        learned_params = learned[0]["params"]["learned_total"]
+        by_point: dict[str, list[dict]] = {}
+        for record in records:
+            by_point.setdefault(record["point"], []).append(record)
+        have = {p: max(r["tokens_seen"] for r in rs) / learned_params for p, rs in by_point.items()}
+        rates = _point_rates(report.get("config") or {})
+        points = {}
+        for ratio in ratios:
+            match = [p for p, r in have.items() if abs(r / ratio - 1) <= RATIO_TOLERANCE]
+            if rate is not None:
+                match = [p for p in match if rates.get(p) is not None and math.isclose(rates[p], rate)]
+            if not match:
+                found = ", ".join(
+                    f"{p}: {r:.2f} at lr {rates.get(p)}" for p, r in sorted(have.items(), key=lambda x: x[1])
+                )
+                at = "" if rate is None else f" at peak rate {rate:g}"
+                raise ValueError(
+                    f"{data_path}: no finished budget at {ratio:g} tokens per learned parameter (within "
+                    f"{RATIO_TOLERANCE:.0%}){at}; its points have {found}"
+                )
+            if len(match) > 1:
+                raise ValueError(
+                    f"{data_path}: {len(match)} points at {ratio:g} tokens per learned parameter ("
+                    f"{', '.join(f'{p} at lr {rates.get(p)}' for p in match)}); name the rate (--rate)"
+                )
+            points[f"{ratio:g}"] = match[0]
+        rungs.append(
+            {
+                "name": f"{model['n_layers']} layers",
+                "source": str(directory),
+                "source_sha256": hashlib.sha256(data_path.read_bytes()).hexdigest(),
+                "sweep": report.get("name"),
+                "model": model,
+                "learned_params": learned_params,
+                "table_params": learned[0]["params"]["input_interface"],
+                "points": points,
+                "rates": {ratio: rates.get(point) for ratio, point in points.items()},
+                "runs": [
+                    {k: v for k, v in r.items() if k != "curve"} for p in points.values() for r in by_point[p]
+                ],
+            }
+        )
+    rungs.sort(key=lambda r: r["model"]["n_layers"])
+    return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rate": rate, "rungs": rungs}
+
+
+def _point_rates(config: dict[str, Any]) -> dict[str, float | None]:
+    """Each grid point's peak rate: its own where the grid sets one, else the recipe's."""
+    recipe = ((config.get("train") or {}).get("optim") or {}).get("lr")
+    return {
+        point["name"]: ((point.get("train") or {}).get("optim") or {}).get("lr", recipe)
+        for point in config.get("grid_points") or []
+    }
+
+
+def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -> dict[str, Any]:
+    """Everything the ladder says, from ``ladder_data``'s dict alone (module docstring)."""
+    if data.get("format") != FORMAT:
+        raise ValueError(f"ladder data: expected format {FORMAT!r}, got {data.get('format')!r}")
+    ratios = [f"{r:g}" for r in data["ratios"]]
+    rungs = data["rungs"]
+    interfaces = [i for i in _interfaces(rungs) if i != REFERENCE]
+    result: dict[str, Any] = {
+        "reference": REFERENCE,
+        "interfaces": interfaces,
+        "ratios": data["ratios"],
+        "bootstrap": n_boot,
+        "interval": (
+            "95%, the wider of the seed t and the seed-and-document t (stats.paired_difference); changes and "
+            "slopes across rungs: stats.contrast_difference (seeds unpaired across rungs, documents shared)"
+        ),
+        "rungs": [],
+        "across": [],
+    }
+    gaps: dict[
+        tuple[str, str, str], np.ndarray
+    ] = {}  # (rung, ratio, code) -> (seeds, documents) summed A − B
+    weights: np.ndarray | None = None
+    for rung in rungs:
+        runs = runs_from_data(
+            {"format": "tablefree-report-data/1", "runs": [{**r, "curve": []} for r in rung["runs"]]}
+        )
+        entry = {
+            key: rung[key]
+            for key in ("name", "source", "source_sha256", "sweep", "model", "learned_params", "rates")
+        }
+        entry["table_share"] = rung["table_params"] / rung["learned_params"]
+        entry["non_table_params"] = rung["learned_params"] - rung["table_params"]
+        entry["ratios"] = []
+        observations = []
+        for ratio in ratios:
+            point = rung["points"][ratio]
+            here = [run for run in runs if run.point == point]
+            tokens = max(run.summary["tokens_seen"] for run in here)
+            row: dict[str, Any] = {
+                "ratio": float(ratio),
+                "point": point,
+                "tokens": tokens,
+                "tokens_per_param": tokens / rung["learned_params"],
+                "compute": 6.0 * entry["non_table_params"] * tokens,
+                "loss": {},
+                "gaps": {},
+            }
+            for interface in [REFERENCE, *interfaces]:
+                values = [
+                    run.metric_values()[comparison.VAL_LOSS] for run in here if run.interface == interface
+                ]
+                mean, std = stats.mean_std(values) if values else (None, None)
+                row["loss"][interface] = {"mean": mean, "std": std, "seeds": len(values)}
+            for code in interfaces:
+                pairs = comparison.paired_runs(here, REFERENCE, code)
+                if not pairs:
+                    continue
+                difference = comparison.validation_difference(pairs, n_boot)
+                documents = [(_validation(a), _validation(b)) for a, b in pairs]
+                per_token = documents[0][0]["tokens"] / documents[0][0]["bytes"] / math.log(2)
+                row["gaps"][code] = {**difference.as_dict(), "bits_per_byte": _scaled(difference, per_token)}
+                gaps[(rung["name"], ratio, code)] = np.array(
+                    [np.subtract(a["per_document"]["nats"], b["per_document"]["nats"]) for a, b in documents]
+                )
+                doc_tokens = np.asarray(documents[0][0]["per_document"]["tokens"], dtype=np.float64)
+                if weights is not None and not np.array_equal(weights, doc_tokens):
+                    raise ValueError(
+                        f"{rung['source']}: its validation documents differ from the first rung's; a ladder "
+                        "compares rungs on one validation set"
+                    )
+                weights = doc_tokens
+            observations += [
+                Observation(run.interface, run.seed, float(tokens), run.metric_values()[comparison.VAL_LOSS])
+                for run in here
+            ]
+            entry["ratios"].append(row)
+        entry["token_ratio"] = token_ratio(observations)
+        result["rungs"].append(entry)
+    assert weights is not None
+    for ratio in ratios:
+        for code in interfaces:
+            present = [r for r in result["rungs"] if (r["name"], ratio, code) in gaps]
+            if len(present) < 2:
+                continue
+            groups = [gaps[(r["name"], ratio, code)] for r in present]
+            steps = [
+                {
+                    "from": a["name"],
+                    "to": b["name"],
+                    **stats.contrast_difference([ga, gb], weights, [-1.0, 1.0], n_boot).as_dict(),
+                }
+                for (a, ga), (b, gb) in zip(
+                    zip(present, groups, strict=True), zip(present[1:], groups[1:], strict=True), strict=False
+                )
+            ]
+            for step, p in zip(steps, stats.holm([s["p_value"] for s in steps]), strict=True):
+                step["holm_p"] = p
+            entry = {
+                "ratio": float(ratio),
+                "code": code,
+                "rungs": [r["name"] for r in present],
+                "steps": steps,
+            }
+            if len(present) >= MIN_RUNGS_FOR_TREND:
+                layers = [math.log2(r["model"]["n_layers"]) for r in present]
+                compute = [math.log2(_row(r, ratio)["compute"]) for r in present]
+                entry["per_doubling_of_layers"] = stats.contrast_difference(
+                    groups, weights, stats.least_squares_weights(layers), n_boot
+                ).as_dict()
+                entry["per_doubling_of_compute"] = stats.contrast_difference(
+                    groups, weights, stats.least_squares_weights(compute), n_boot
+                ).as_dict()
+            else:
+                entry["trend_refused"] = (
+                    f"{len(present)} rungs: a slope needs {MIN_RUNGS_FOR_TREND} (through two it is their step)"
+                )
+            result["across"].append(entry)
+    result["sentences"] = _sentences(result)
+    # the question asked first: the reference against the first code at the largest ratio (the papers' regime)
+    primary = next((e for e in result["across"] if e["ratio"] == max(data["ratios"])), None)
+    result["answer"] = None if primary is None else result["sentences"][result["across"].index(primary)]
+    return strict_json(result)
+
+
+def _interfaces(rungs: list[dict]) -> list[str]:
+    found = [set(r["interface"] for r in rung["runs"]) for rung in rungs]
+    ordered = dict.fromkeys(r["interface"] for rung in rungs for r in rung["runs"])
+    return [i for i in ordered if any(i in f for f in found)]
+
+
+def _validation(run: Any) -> dict[str, Any]:
+    return run.eval["tasks"][comparison.VALIDATION]
+
+
+def _row(rung: dict[str, Any], ratio: str) -> dict[str, Any]:
+    return next(row for row in rung["ratios"] if f"{row['ratio']:g}" == ratio)
+
+
+def _scaled(difference: stats.Difference, factor: float) -> dict[str, float | None]:
+    """The gap in another unit that is a fixed multiple of nats/token on the same split (bits per byte)."""
+    values = {"estimate": difference.estimate, "low": difference.low, "high": difference.high}
+    return {key: None if value is None else value * factor for key, value in values.items()}
+
+
+def _reading(d: dict[str, Any]) -> str:
+    """How a change of a gap (learned − code: negative = learned ahead) reads, only where its interval says so."""
+    if not d.get("excludes_zero"):
+        return "does not change measurably (the interval includes 0)"
+    return "shrinks (resolved)" if d["estimate"] > 0 else "grows (resolved)"
+
+
+def _sentences(result: dict[str, Any]) -> list[str]:
+    out = []
+    for entry in result["across"]:
+        code, ratio = entry["code"], f"{entry['ratio']:g}"
+        gaps = "; ".join(
+            f"{r['name']} {_fmt_gap(_row(r, ratio)['gaps'][code])}"
+            for r in result["rungs"]
+            if code in _row(r, ratio)["gaps"]
+        )
+        head = f"At {ratio} tokens per parameter, {REFERENCE} − {code} (nats/token): {gaps}."
+        if "per_doubling_of_layers" in entry:
+            slope = entry["per_doubling_of_layers"]
+            head += (
+                f" Per doubling of depth the gap changes by {_fmt_gap(slope)} over {len(entry['rungs'])} rungs: "
+                f"the {REFERENCE} table's lead {_reading(slope)}."
+            )
+        else:
+            step = entry["steps"][0]
+            head += (
+                f" From {step['from']} to {step['to']} it changes by {_fmt_gap(step)}: the lead "
+                f"{_reading(step)}; {entry['trend_refused']}."
+            )
+        out.append(head)
+    return out
+
+
+def _fmt_gap(d: dict[str, Any]) -> str:
+    if d.get("low") is None:
+        return f"{d['estimate']:+.3f} (no interval)"
+    return f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The ladder's ``report.md``: the answer, one table per ratio, the changes across rungs, the method."""
+    codes = report["interfaces"]
+    lines = [f"# The ladder: {', '.join(r['name'] for r in report['rungs'])}", "", "## The answer", ""]
+    lines += [f"**{report['answer']}**" if report["answer"] else "No pair was measured on two rungs.", ""]
+    lines += ["Every ratio and pair:", ""]
+    lines += [f"- {s}" for s in report["sentences"]]
+    lines += ["", "## Per rung", ""]
+    for ratio in (f"{r:g}" for r in report["ratios"]):
+        lines += [f"### {ratio} tokens per parameter of the learned model", ""]
+        header = [
+            "rung",
+            "learned params",
+            "table share",
+            "peak rate",
+            "tokens",
+            "tokens/param",
+            "compute 6·N·D",
+            "learned loss",
+        ]
+        header += [f"{c} loss" for c in codes]
+        header += [f"{REFERENCE} − {c} (nats/token)" for c in codes]
+        header += [f"{REFERENCE} − {c} (bits/byte)" for c in codes]
+        header += [f"token ratio {c}" for c in codes]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for rung in report["rungs"]:
+            row = _row(rung, ratio)
+            cells = [
+                rung["name"],
+                f"{rung['learned_params']:,}",
+                f"{rung['table_share']:.1%}",
+                f"{rung['rates'].get(ratio)}",
+                f"{row['tokens'] / 1e6:.2f}M",
+                f"{row['tokens_per_param']:.2f}",
+                f"{row['compute']:.3g}",
+            ]
+            cells += [_fmt_loss(row["loss"][i]) for i in [REFERENCE, *codes]]
+            cells += [_fmt_gap(row["gaps"][c]) if c in row["gaps"] else "–" for c in codes]
+            cells += [_fmt_gap(row["gaps"][c]["bits_per_byte"]) if c in row["gaps"] else "–" for c in codes]
+            cells += [_fmt_ratio(rung, c, row["tokens"]) for c in codes]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Across rungs", ""]
+    lines += [
+        "| tokens/param | pair | change between rungs (Holm over the steps) | per doubling of layers | "
+        "per doubling of compute |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in report["across"]:
+        steps = "; ".join(
+            f"{s['from']} → {s['to']}: {_fmt_gap(s)} (Holm p {stats.fmt_p(s['holm_p'])})"
+            for s in entry["steps"]
+        )
+        slope = entry.get("per_doubling_of_layers")
+        compute = entry.get("per_doubling_of_compute")
+        refused = entry.get("trend_refused", "")
+        lines.append(
+            f"| {entry['ratio']:g} | {REFERENCE} − {entry['code']} | {steps} | "
+            f"{_fmt_gap(slope) if slope else refused} | {_fmt_gap(compute) if compute else refused} |"
+        )
+    lines += [
+        "",
+        "## Method",
+        "",
+        f"Intervals: {report['interval']}; {report['bootstrap']} bootstrap replicates. A gap is {REFERENCE} − "
+        "code in validation nats per token (negative: the learned table ahead); bits per byte are the same gap "
+        "times the validation split's tokens per byte / ln 2 (one vocabulary across the ladder). A change between "
+        "rungs is positive where the learned lead shrinks. Compute is 6·N·D with N the parameters outside the "
+        "table (the same N for every interface of a rung; the table is a lookup). The token ratio is "
+        "`scaling.token_ratio` on the rung's ladder budgets only (docs/experiments.md): below 1 the learned model "
+        "needs fewer tokens for the code's loss.",
+        "",
+        "Sources (each rung's `report_data.json`, by sha256):",
+        "",
+    ]
+    lines += [
+        f"- {r['name']}: `{r['source']}` ({r['sweep']}), sha256 {r['source_sha256'][:16]}…"
+        for r in report["rungs"]
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_loss(cell: dict[str, Any]) -> str:
+    if cell["mean"] is None:
+        return "–"
+    std = "" if cell["std"] is None else f" ± {cell['std']:.4f}"
+    return f"{cell['mean']:.4f}{std}"
+
+
+def _fmt_ratio(rung: dict[str, Any], code: str, tokens: float) -> str:
+    entry = next((c for c in rung["token_ratio"]["codes"] if c["code"] == code), None)
+    row = next((b for b in (entry or {}).get("budgets", []) if b["tokens"] == tokens), None)
+    if row is None:
+        return "–"
+    if row["estimate"] is None:
+        return "–" if row.get("bound") is None else f"{row['bound']} {row['bound_value']:.3f}"
+    if row["low"] is None:
+        return f"{row['estimate']:.3f}"
+    return f"{row['estimate']:.3f} [{row['low']:.3f}, {row['high']:.3f}]"
+
+
+def draw_ladder(report: dict[str, Any], path: Path) -> None:
+    """Each gap against layers (left) and against compute (right), one line per ratio, 95% interval bars."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    codes = report["interfaces"]
+    figure, axes = plt.subplots(len(codes), 2, figsize=(11, 3.8 * len(codes)), squeeze=False)
+    markers = ["o", "s", "^", "D", "v"]
+    for row_axes, code in zip(axes, codes, strict=True):
+        for marker, ratio in zip(markers * 3, (f"{r:g}" for r in report["ratios"]), strict=False):
+            points = [(r, _row(r, ratio)) for r in report["rungs"] if code in _row(r, ratio)["gaps"]]
+            for ax, x in (
+                (row_axes[0], [r["model"]["n_layers"] for r, _ in points]),
+                (row_axes[1], [row["compute"] for _, row in points]),
+            ):
+                y = [row["gaps"][code]["estimate"] for _, row in points]
+                low = [row["gaps"][code]["low"] for _, row in points]
+                high = [row["gaps"][code]["high"] for _, row in points]
+                yerr = None if None in low else [np.subtract(y, low), np.subtract(high, y)]
+                ax.errorbar(x, y, yerr=yerr, marker=marker, capsize=3, label=f"{ratio} tokens/param")
+        for ax, label in ((row_axes[0], "layers"), (row_axes[1], "compute 6·N·D (FLOP)")):
+            ax.set_xscale("log", base=2 if label == "layers" else 10)
+            ax.axhline(0.0, color="grey", linewidth=0.8)
+            ax.set_xlabel(label)
+            ax.set_ylabel(f"{REFERENCE} − {code} (nats/token)")
+            ax.legend(fontsize=8)
+        row_axes[0].set_xticks([r["model"]["n_layers"] for r in report["rungs"]])
+        row_axes[0].set_xticklabels([str(r["model"]["n_layers"]) for r in report["rungs"]])
+    figure.suptitle(
+        "The learned table's lead across the ladder (below 0: learned ahead; bars: 95% intervals)"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save_figure(figure, path)
+
+
+def write_ladder(out_dir: str | Path, data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -> dict:
+    """Write ``report_data.json`` (the ladder's raw data), ``report.json``, ``report.md`` and
+    ``figures/ladder.png`` into ``out_dir``; return the report."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = ladder_report(data, n_boot)
+    write_json_atomic(out / "report_data.json", data)
+    write_json_atomic(out / "report.json", report)
+    write_text_atomic(out / "report.md", render_markdown(report))
+    draw_ladder(report, out / "figures" / "ladder.png")
+    return report

@@ -1,0 +1,198 @@
+"""The ladder across model sizes (``tablefree ladder``) and the contrast it rests on (``stats.contrast_difference``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tablefree import stats
+from tablefree.cli import main
+from tablefree.report.ladder import ladder_data, ladder_report, write_ladder
+
+DOCS = 20
+RATIOS = {"7.5": 7.5, "15": 15.0, "30": 30.0}
+
+
+def _record(point: str, interface: str, seed: int, tokens: int, learned_total: int, nats, doc_tokens) -> dict:
+    return {
+        "name": f"{point}/{interface}-s{seed}",
+        "point": point,
+        "interface": interface,
+        "seed": seed,
+        "state": "done",
+        "tokens_seen": tokens,
+        "params": {"learned_total": learned_total, "input_interface": 1000 if interface == "learned" else 0},
+        "validation": {
+            "metrics": {"val_loss": float(np.sum(nats) / np.sum(doc_tokens))},
+            "tokens": int(np.sum(doc_tokens)),
+            "bytes": int(2 * np.sum(doc_tokens)),
+            "n": 1,
+            "per_document": {
+                "documents": DOCS,
+                "nats": list(map(float, nats)),
+                "tokens": list(map(int, doc_tokens)),
+            },
+        },
+        "curve": [{"step": 1, "tokens": 4096, "train_loss": 9.0}],
+    }
+
+
+def write_rung(
+    directory: Path, n_layers: int, gaps: dict[str, float], seeds: int = 3, noise: float = 0.01, rates=(4e-3,)
+) -> Path:
+    """A rung's report directory: learned and canonical at three budgets (7.5/15/30 tokens per learned
+    parameter), canonical's loss above learned's by gaps[ratio] per token plus seed and document noise; each rate
+    past the first adds a canonical point 0.05 better."""
+    shared_rng = np.random.default_rng(0)  # one validation set for every rung
+    doc_tokens = shared_rng.integers(1_000, 3_000, DOCS)
+    doc_effect = shared_rng.normal(0.0, 0.05, DOCS)
+    rng = np.random.default_rng(n_layers)
+    learned_total = 10_000 * n_layers
+    runs, points = [], []
+    for index, (ratio_name, ratio) in enumerate(RATIOS.items()):
+        for rate_index, rate in enumerate(rates):
+            point, tokens = f"lr{rate:g}-b{index}", int(ratio * learned_total)
+            points.append({"name": point, "train": {"budget": tokens, "optim": {"lr": rate}}})
+            base = 4.0 - 0.3 * index  # the learned loss falls with the budget
+            arms = [("learned", 0.0), ("canonical", -gaps[ratio_name])]
+            if rate_index:
+                arms = [("canonical", -gaps[ratio_name] - 0.05)]
+            for seed in range(seeds):
+                shared = rng.normal(0.0, noise)  # a seed's initialisation, shared by both interfaces
+                for interface, offset in arms:
+                    per_token = base + offset + shared + doc_effect + rng.normal(0.0, noise, DOCS)
+                    nats = per_token * doc_tokens
+                    runs.append(_record(point, interface, seed, tokens, learned_total, nats, doc_tokens))
+    directory.mkdir(parents=True)
+    model = {"n_layers": n_layers, "d_model": 64}
+    report = {"name": f"rung-{n_layers}", "config": {"train": {"model": model}, "grid_points": points}}
+    (directory / "report.json").write_text(json.dumps(report))
+    names = [p["name"] for p in points]
+    data = {"format": "tablefree-report-data/1", "baselines": [], "grid_points": names, "runs": runs}
+    (directory / "report_data.json").write_text(json.dumps(data))
+    return directory
+
+
+def test_contrast_of_two_groups_is_the_change_of_their_paired_gaps():
+    rng = np.random.default_rng(1)
+    w = rng.integers(100, 500, DOCS).astype(float)
+    a = rng.normal(-0.2, 0.03, (3, DOCS)) * w
+    b = rng.normal(-0.1, 0.03, (4, DOCS)) * w
+    step = stats.contrast_difference([a, b], w, [-1.0, 1.0], n_boot=500)
+    gap_a = stats.paired_difference(a, np.zeros_like(a), w, n_boot=0).estimate
+    gap_b = stats.paired_difference(b, np.zeros_like(b), w, n_boot=0).estimate
+    assert step.estimate == pytest.approx(gap_b - gap_a)
+    assert step.low < step.estimate < step.high
+    assert step.seeds == 7 and step.seed_df is not None and 2 <= step.seed_df <= 5  # Welch over 2 + 3 df
+    with pytest.raises(ValueError, match="≥2 seeds in every group"):
+        stats.contrast_difference([a, b[:1]], w, [-1.0, 1.0])
+    with pytest.raises(ValueError, match="one coefficient each"):
+        stats.contrast_difference([a, b], w, [1.0])
+
+
+@pytest.mark.slow
+def test_contrast_interval_covers_the_true_change_in_simulation():
+    """Separate seed groups with seed, document and interaction noise: the 95% interval of the step covers the
+    true step in at least ~93% of 400 simulated ladders (binomial sd 1.1%)."""
+    rng = np.random.default_rng(7)
+    covered = 0
+    trials = 400
+    for trial in range(trials):
+        w = rng.integers(500, 4000, DOCS).astype(float)
+        doc = rng.normal(0, 0.04, DOCS)  # shared by both groups: cancels in the step
+        groups = []
+        for truth in (-0.10, -0.06):
+            seed_effect = rng.normal(0, 0.02, (3, 1))
+            per_token = (
+                truth + doc * (1 + 0.5 * rng.normal(0, 1)) + seed_effect + rng.normal(0, 0.03, (3, DOCS))
+            )
+            groups.append(per_token * w)
+        step = stats.contrast_difference(groups, w, [-1.0, 1.0], n_boot=200, seed=trial)
+        covered += step.low <= 0.04 <= step.high
+    assert covered / trials >= 0.93
+
+
+def test_least_squares_weights_give_the_slope():
+    x = np.log2([2.0, 4.0, 8.0])
+    y = np.array([0.3, 0.1, -0.1])
+    assert float(stats.least_squares_weights(x) @ y) == pytest.approx(np.polyfit(x, y, 1)[0])
+    with pytest.raises(ValueError, match="distinct"):
+        stats.least_squares_weights([3.0, 3.0])
+
+
+def test_ladder_resolves_a_lead_that_shrinks_with_depth(tmp_path: Path):
+    gaps = {
+        2: -0.30,
+        4: -0.20,
+        8: -0.10,
+    }  # learned − canonical at every ratio: the lead shrinks 0.1 per doubling
+    dirs = [write_rung(tmp_path / f"l{n}", n, {r: g for r in RATIOS}) for n, g in gaps.items()]
+    report = write_ladder(tmp_path / "ladder", ladder_data(dirs[::-1]), n_boot=500)  # rungs sorted by depth
+    assert [r["name"] for r in report["rungs"]] == ["2 layers", "4 layers", "8 layers"]
+    top = next(e for e in report["across"] if e["ratio"] == 30.0)
+    slope = top["per_doubling_of_layers"]
+    assert slope["estimate"] == pytest.approx(0.10, abs=0.02) and slope["excludes_zero"]
+    assert [s["estimate"] for s in top["steps"]] == pytest.approx([0.10, 0.10], abs=0.03)
+    assert "shrinks (resolved)" in report["answer"] and report["answer"].startswith("At 30 tokens")
+    row = report["rungs"][0]["ratios"][2]
+    assert row["tokens_per_param"] == pytest.approx(30.0) and row["gaps"]["canonical"]["estimate"] < -0.25
+    assert row["compute"] == pytest.approx(6 * (20_000 - 1000) * 600_000)
+    assert report["rungs"][0]["table_share"] == pytest.approx(1000 / 20_000)
+    # every number recomputes from the ladder's own raw data
+    data = json.loads((tmp_path / "ladder" / "report_data.json").read_text())
+    assert ladder_report(data, n_boot=500) == json.loads((tmp_path / "ladder" / "report.json").read_text())
+    assert (tmp_path / "ladder" / "figures" / "ladder.png").stat().st_size > 10_000
+    assert "**At 30 tokens per parameter" in (tmp_path / "ladder" / "report.md").read_text()
+
+
+def test_two_rungs_give_a_step_and_refuse_a_trend(tmp_path: Path):
+    dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4)]
+    report = ladder_report(ladder_data(dirs), n_boot=300)
+    entry = report["across"][0]
+    assert "per_doubling_of_layers" not in entry and "a slope needs 3" in entry["trend_refused"]
+    assert "does not change measurably" in report["answer"]
+
+
+def test_ladder_refuses_a_rung_without_the_ratio_or_with_other_documents(tmp_path: Path):
+    dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4)]
+    with pytest.raises(
+        ValueError,
+        match=r"l2/report_data.json: no finished budget at 60 tokens .* lr0.004-b2: 30.00 at lr 0.004",
+    ):
+        ladder_data(dirs, ratios=(7.5, 60.0))
+    with pytest.raises(ValueError, match="at least two rungs"):
+        ladder_data(dirs[:1])
+    data = ladder_data(dirs)
+    for run in data["rungs"][1]["runs"]:
+        run["validation"]["per_document"]["tokens"][0] += 1
+    with pytest.raises(ValueError, match="l4: its validation documents differ"):
+        ladder_report(data, n_boot=100)
+
+
+def test_a_rung_with_rates_is_compared_at_the_named_rate(tmp_path: Path):
+    dirs = [write_rung(tmp_path / "l2", 2, {r: -0.3 for r in RATIOS}, rates=(4e-3, 8e-3))]
+    dirs.append(write_rung(tmp_path / "l4", 4, {r: -0.2 for r in RATIOS}))
+    with pytest.raises(
+        ValueError, match=r"2 points at 7.5 tokens .*lr0.004-b0 at lr 0.004, lr0.008-b0 at lr 0.008"
+    ):
+        ladder_data(dirs)
+    with pytest.raises(ValueError, match=r"at peak rate 0\.008"):
+        ladder_data(dirs, rate=8e-3)  # the 4-layer rung has no 8e-3 point
+    report = ladder_report(ladder_data(dirs, rate=4e-3), n_boot=200)
+    assert report["rungs"][0]["rates"] == {"7.5": 4e-3, "15": 4e-3, "30": 4e-3}
+    gap = report["rungs"][0]["ratios"][2]["gaps"]["canonical"]["estimate"]
+    assert gap == pytest.approx(-0.3, abs=0.02)  # the 4e-3 canonical runs, not the better 8e-3 ones
+
+
+def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4, 8)]
+    assert main(["ladder", *map(str, dirs), "--out", str(tmp_path / "a"), "--bootstrap", "200"]) == 0
+    assert "Per doubling of depth" in capsys.readouterr().out
+    rebuilt = ["ladder", "--data", str(tmp_path / "a" / "report_data.json"), "--out", str(tmp_path / "b")]
+    assert main([*rebuilt, "--bootstrap", "200"]) == 0
+    assert (tmp_path / "a" / "report.json").read_text() == (tmp_path / "b" / "report.json").read_text()
+    assert main(["ladder", str(dirs[0]), "--data", "x", "--out", str(tmp_path / "c")]) == 1
+    assert "either RUNG_DIR" in capsys.readouterr().err
