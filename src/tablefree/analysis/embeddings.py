@@ -9,33 +9,15 @@ token seen alone, next to a reference model's learned table.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import torch
 
 from tablefree.analysis.linear import fit_ridge
-from tablefree.data.loader import split_shards
-from tablefree.data.shards import open_shard
+from tablefree.data.loader import (
+    token_counts as token_counts,
+)  # its home is data/; named here for old callers
 
 DEFAULT_FREQUENCY_RIDGE = 1e-2
 DEFAULT_PROBE_WORDS = (" the", " king", " water", " said", " one", " two", " good", " time", " of", " and")
-COUNT_CHUNK = 1 << 24  # tokens per bincount: bounded memory on large shards
-
-
-def token_counts(data_dir: str | Path, vocab_size: int, split: str = "train") -> np.ndarray:
-    """How often each id in [0, vocab_size) occurs in a prepared dataset's split (int64)."""
-    counts = np.zeros(vocab_size, dtype=np.int64)
-    for path in split_shards(data_dir, split):
-        tokens = open_shard(path)
-        for start in range(0, len(tokens), COUNT_CHUNK):
-            chunk = np.asarray(tokens[start : start + COUNT_CHUNK])
-            if chunk.size and int(chunk.max()) >= vocab_size:
-                raise ValueError(
-                    f"{path}: token id {int(chunk.max())} is outside the model's [0, {vocab_size})"
-                )
-            counts += np.bincount(chunk, minlength=vocab_size)
-    return counts
 
 
 def frequency_r2(

@@ -20,7 +20,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "model's learned table: linear CKA, log-frequency R², nearest neighbours. Writes analysis.json, "
         "analysis.md and figures/*.png into --out (see docs/analysis.md). Python API: "
         "tablefree.analysis.run_analysis(checkpoint, reference=..., data=..., out=..., positions=..., words=..., "
-        "device=..., split=..., mlp_probe=...).",
+        "device=..., split=..., mlp_probe=...). With --frequency-bands, instead: the validation loss of the "
+        "checkpoint against --reference split by the training-split frequency of the input and of the target "
+        "token (frequency_bands.json and .md; Python API: "
+        "tablefree.analysis.frequency_bands.frequency_band_analysis(checkpoint, reference, data=..., out=...)).",
     )
     parser.add_argument(
         "checkpoint", help="checkpoint directory, run directory, or directory of step_* checkpoints"
@@ -81,6 +84,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "linear probe cannot; it keeps the fit positions' states in memory (default: linear probes only)",
     )
     parser.add_argument(
+        "--frequency-bands",
+        action="store_true",
+        help="instead of the probes: checkpoint − reference on the validation split, per frequency band of the "
+        "input and of the target token (five bands of equal training-token mass), with a document-bootstrap "
+        "interval, into --out (default CHECKPOINT/frequency-bands); needs --reference (a sweep's report has the "
+        "same split paired over seeds) (default: the probes)",
+    )
+    parser.add_argument(
         "--batch-size", type=positive_int, default=8, help="windows per forward pass (default: %(default)s)"
     )
     parser.add_argument(
@@ -104,12 +115,32 @@ def positive_int(text: str) -> int:
     return value
 
 
+def run_frequency_bands(args: argparse.Namespace, out: str) -> int:
+    from tablefree.analysis.frequency_bands import BANDS_MD, frequency_band_analysis
+
+    if args.reference is None:
+        raise ValueError("--frequency-bands compares two models: name the other one with --reference")
+    frequency_band_analysis(
+        args.checkpoint,
+        args.reference,
+        data=args.data,
+        out=out,
+        device=args.device,
+        batch_size=args.batch_size,
+        log=print,
+    )
+    print(f"frequency bands in {Path(out) / BANDS_MD}")
+    return 0
+
+
 def probe_words(text: str) -> list[str]:
     """``the,king`` → [" the", " king"]: words as they appear inside text to a byte-level BPE."""
     return [f" {word.strip()}" for word in text.split(",") if word.strip()]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.frequency_bands:  # its own directory: the probes' is replaced whole and refuses other files
+        return run_frequency_bands(args, args.out or str(Path(args.checkpoint) / "frequency-bands"))
     out = args.out if args.out is not None else str(Path(args.checkpoint) / "analysis")
     result = run_analysis(
         args.checkpoint,

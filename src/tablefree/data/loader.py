@@ -232,6 +232,24 @@ def split_shards(data_dir: str | Path, split: str) -> list[Path]:
     ]
 
 
+COUNT_CHUNK = 1 << 24  # tokens per bincount: bounded memory on large shards
+
+
+def token_counts(data_dir: str | Path, vocab_size: int, split: str = "train") -> np.ndarray:
+    """How often each id in [0, vocab_size) occurs in a prepared dataset's split (int64)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for path in split_shards(data_dir, split):
+        tokens = open_shard(path)
+        for start in range(0, len(tokens), COUNT_CHUNK):
+            chunk = np.asarray(tokens[start : start + COUNT_CHUNK])
+            if chunk.size and int(chunk.max()) >= vocab_size:
+                raise ValueError(
+                    f"{path}: token id {int(chunk.max())} is outside the model's [0, {vocab_size})"
+                )
+            counts += np.bincount(chunk, minlength=vocab_size)
+    return counts
+
+
 def _split_info(manifest: dict, data_dir: str | Path, split: str) -> dict:
     splits = manifest["splits"]
     if split not in splits:

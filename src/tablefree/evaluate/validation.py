@@ -15,7 +15,9 @@ tokens and which documents were left out (and the eval table prints it). Then
 The standard error given for ``val_loss`` is that of the mean over the full-length windows (the shorter last one
 left out); windows of one text are correlated, so read it as a rough figure. ``per_document`` holds each
 validation document's summed nats and scored target tokens (documents in split order; a token belongs to the
-document it lies in): the unit the report's cluster bootstrap resamples. ``coverage.scored_targets`` is the
+document it lies in): the unit the report's cluster bootstrap resamples. ``frequency_bands`` holds the same sums
+per document and frequency band of the input and of the target token (``tablefree.evaluate.frequency_bands``;
+None for a dataset without a training split, on which the bands are counted). ``coverage.scored_targets`` is the
 stream range ``[start, end)`` of the scored target tokens, on which the report's unigram baseline is measured.
 """
 
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 
 from tablefree.data.loader import MANIFEST, document_bounds, read_manifest, split_shards, validation_documents
 from tablefree.data.shards import open_shard
+from tablefree.evaluate.frequency_bands import BandTally, training_bands
 from tablefree.evaluate.metrics import mean_stderr
 
 
@@ -102,6 +105,8 @@ def validation_metrics(
     window_losses: list[float] = []
     total_nats, total_bytes = 0.0, 0
     documents = DocumentTally(data_dir)
+    bands = training_bands(data_dir, model.config.vocab_size)
+    band_tally = BandTally(data_dir, bands) if bands is not None else None
     full = [w for w in windows if w[1] == seq_len]
     batches = [full[i : i + batch_size] for i in range(0, len(full), batch_size)]
     batches += [[w] for w in windows if w[1] != seq_len]  # the shorter last window, alone
@@ -118,8 +123,10 @@ def validation_metrics(
         total_bytes += int(byte_lengths[targets].sum())
         if length == seq_len:
             window_losses.extend(nats.mean(dim=1).tolist())
-        for (start, _), row in zip(batch, nats.numpy(), strict=True):
+        for (start, _), row, window in zip(batch, nats.numpy(), data.numpy(), strict=True):
             documents.add(start + 1, row)
+            if band_tally is not None:
+                band_tally.add(start + 1, window[:-1], window[1:], row)
     tokens = sum(n for _, n in windows)
     val_loss = total_nats / tokens
     return {
@@ -141,6 +148,7 @@ def validation_metrics(
         "data_sha256": {shard["file"]: shard.get("sha256") for shard in manifest["splits"]["val"]["shards"]},
         "data_dir": str(data_dir),
         "per_document": documents.as_dict(),
+        "frequency_bands": band_tally.as_dict() if band_tally is not None else None,
         "coverage": coverage(data_dir, documents, len(stream), limit),
     }
 

@@ -50,7 +50,9 @@ def build_report(
     for entry in report["statistics"]["fitted_curves"]:
         report["figures"] += draw_scaling_figures(entry["fits"], curves.observations_of(entry), figures_dir)
     write_json_atomic(sweep_dir / "report.json", strict_json(report))
-    write_json_atomic(sweep_dir / DATA_FILE, strict_json(report_data(runs, config)))
+    data = report_data(runs, config)
+    data["frequency_bands"] = report["frequency_bands"]
+    write_json_atomic(sweep_dir / DATA_FILE, strict_json(data))
     write_text_atomic(sweep_dir / "report.md", render_markdown(report))
     return report
 
@@ -122,6 +124,7 @@ def assemble(
         "git": git_commit(),
         "environment": environment(),
         "analysis": _sweep_analysis(runs, sweep_dir),
+        "frequency_bands": _frequency_bands(runs, points, interfaces, controls, n_boot),
     }
 
 
@@ -130,6 +133,17 @@ def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
     from tablefree.analysis.sweep import sweep_analysis
 
     return sweep_analysis(runs, sweep_dir)
+
+
+def _frequency_bands(
+    runs: list[Run], points: list[str], interfaces: list[str], controls: list[str], n_boot: int
+) -> list[dict[str, Any]]:
+    """Per grid point, each compared pair's validation gap split by frequency band of the input and of the
+    target token (``tablefree.analysis.frequency_bands``)."""
+    from tablefree.analysis.frequency_bands import sweep_frequency_bands
+
+    pairs = comparison.interface_pairs(interfaces, controls)
+    return sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot)
 
 
 def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -61,7 +61,8 @@ def run_record(run: Run) -> dict[str, Any]:
         "tokens_seen": summary.get("tokens_seen"),
         "params": summary.get("params"),
         "validation": {
-            key: validation.get(key) for key in ("metrics", "tokens", "bytes", "n", "per_document")
+            key: validation.get(key)
+            for key in ("metrics", "tokens", "bytes", "n", "per_document", "frequency_bands")
         },
         "curve": [
             {key: record[key] for key in CURVE_KEYS if key in record} for record in run.metrics_records()
@@ -112,8 +113,10 @@ def runs_from_data(data: dict[str, Any]) -> list[DataRun]:
 
 
 def statistics_from_data(path: str | Path, n_boot: int) -> dict[str, list[dict[str, Any]]]:
-    """The validation comparisons and the gap curves of a report, recomputed from ``report_data.json`` alone
-    (benchmark comparisons need the per-example files and are not in it)."""
+    """The validation comparisons, the gap curves and the frequency-band split of a report, recomputed from
+    ``report_data.json`` alone (benchmark comparisons need the per-example files and are not in it)."""
+    from tablefree.analysis.frequency_bands import sweep_frequency_bands
+
     data = read_json(path)
     runs = runs_from_data(data)
     interfaces = comparison.ordered_interfaces(runs)
@@ -124,4 +127,6 @@ def statistics_from_data(path: str | Path, n_boot: int) -> dict[str, list[dict[s
         here = [run for run in runs if run.point == point]
         comps += comparison.comparisons(here, interfaces, n_boot, point, controls)
         gaps += comparison.gap_curves(here, interfaces, point, controls)
-    return {"comparisons": comps, "gap": gaps}
+    pairs = comparison.interface_pairs(interfaces, controls)
+    bands = sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot)
+    return {"comparisons": comps, "gap": gaps, "frequency_bands": bands}

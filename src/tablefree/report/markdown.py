@@ -27,6 +27,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         _statistics(report),
         _gap(report),
         _grid(report),
+        _frequency_bands(report),
         _learning_rate(report),
         fitted_curves_section(report),
         _figures(report),
@@ -471,6 +472,12 @@ def _analysis(report: dict[str, Any]) -> str:
     from tablefree.analysis.sweep import sweep_analysis_markdown
 
     return sweep_analysis_markdown(report.get("analysis"))
+
+
+def _frequency_bands(report: dict[str, Any]) -> str:
+    from tablefree.analysis.frequency_bands import frequency_bands_markdown
+
+    return frequency_bands_markdown(report.get("frequency_bands") or []).rstrip()
 
 
 def _runs(report: dict[str, Any]) -> str:

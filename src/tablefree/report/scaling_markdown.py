@@ -258,14 +258,20 @@ def _forms_tables(forms: dict[str, Any] | None, label: str) -> list[str]:
                 f"| {name} | {cells} | {fmt(a['worst_ratio'], 2)} / {fmt(a['limit'], 2)} | "
                 f"{'yes' if a['describes_points'] else 'no'} |"
             )
+    methods = {
+        c.get("method", "expanded percentile over seed resamples")
+        for b in forms["expanding_backtests"]
+        for w in b.get("windows") or []
+        for c in w["checks"]
+    }
+    method = "; ".join(sorted(methods)) or "expanded percentile over seed resamples"
     lines += [
         "",
         f"**Expanding-window backtests{label}**: each form fitted on the first k budgets of the fit window, for every "
         "k from its number of parameters up, predicting every larger budget; a check passes when the error's 95% "
-        "expanded percentile interval over seed resamples (the observed mean's seed noise included) includes 0.",
+        f"interval ({method}; the observed mean's seed noise included) includes 0.",
         "",
-        "| form | fitted on | predicts | at | predicted | observed | error (95% expanded percentile over seed "
-        "resamples) | check |",
+        f"| form | fitted on | predicts | at | predicted | observed | error (95% interval: {method}) | check |",
         "|---|---|---|---|---:|---:|---|---|",
     ]
     for backtest in forms["expanding_backtests"]:
@@ -276,7 +282,9 @@ def _forms_tables(forms: dict[str, Any] | None, label: str) -> list[str]:
             for c in window["checks"]:
                 what = c.get("interface") or " − ".join(c["pair"])
                 lines.append(
-                    f"| {backtest['form']} | {window['budgets']} budgets, to {human(window['fitted_up_to'])} | "
+                    f"| {backtest['form']} | {window['budgets']} budgets, "
+                    f"{human(window.get('fitted_from', 0)) + '–' if 'fitted_from' in window else 'to '}"
+                    f"{human(window['fitted_up_to'])} | "
                     f"{what} | {human(c['at'])} | {fmt(c['predicted'])} | {fmt(c['observed'])} | "
                     f"{c['error']:+.3g} [{fmt(c['error_low'])}, {fmt(c['error_high'])}] | "
                     f"{'passed' if c['covered'] else 'failed'} |"

@@ -23,7 +23,13 @@ import numpy as np
 
 from tablefree import stats
 from tablefree.fileio import strict_json
-from tablefree.scaling.backtests import check_backtest, expanding_backtests
+from tablefree.scaling.backtests import (
+    PER_SEED_BELOW,
+    check_backtest,
+    check_backtest_per_seed,
+    expanding_backtests,
+    per_seed_draws,
+)
 from tablefree.scaling.fits import log_curve
 from tablefree.scaling.forms import FORMS, OFFSET_POWER_LAW
 from tablefree.scaling.intervals import (
@@ -38,7 +44,7 @@ from tablefree.scaling.intervals import (
     tail_probability,
 )
 from tablefree.scaling.observations import EXACT, Observation, check_design
-from tablefree.scaling.sentences import adequacy_sentences, backtest_sentences, pair_sentences
+from tablefree.scaling.sentences import adequacy_sentences, backtest_sentences, fit_sentence, pair_sentences
 from tablefree.units import human
 
 DEFAULT_HORIZON = 1e12
@@ -82,11 +88,14 @@ def analyse(
     requested = sorted({float(x) for x in predict_at} | {float(held_out)})
     units = n_seeds if resample == "seeds" else n_seeds * n_x
     level = tail_probability(confidence, units) if expand else (1 - confidence) / 2
+    # below PER_SEED_BELOW seeds the backtest refits each seed alone (a t interval), not the seed resamples
+    by_seed = per_seed_draws(n_seeds, n_x) if resample == "seeds" and n_seeds < PER_SEED_BELOW else None
     fits, back = {}, {}
     for name in names:
         fits[name] = fit_with_resamples(design.x, design.loss[name], weights)
         keep = np.tile(np.arange(n_x) < n_x - 1, n_seeds)
-        back[name] = fit_with_resamples(fit_x, design.loss[name][:, :-1], weights[:, keep])
+        back_weights = (by_seed.weights if by_seed is not None else weights)[:, keep]
+        back[name] = fit_with_resamples(fit_x, design.loss[name][:, :-1], back_weights)
     out_interfaces = {}
     for name in names:
         theta, boot = fits[name]
@@ -108,17 +117,26 @@ def analyse(
             ],
             "curve": {"x": grid.tolist(), **band(curve, level, probs)},
             "mean_loss": design.loss[name].mean(axis=0).tolist(),
-            "backtest": check_backtest(
-                float(curve_at(back[name][0][None], held_out)[0]),
-                curve_at(back[name][1], held_out),
-                design.loss[name][:, -1],
-                held_out,
-                draws,
-                level,
-            ),
+            "backtest": {
+                **_backtest(
+                    float(curve_at(back[name][0][None], held_out)[0]),
+                    curve_at(back[name][1], held_out),
+                    design.loss[name][:, -1],
+                    held_out,
+                    draws,
+                    level,
+                    confidence,
+                    by_seed is not None,
+                ),
+                "fitted_from": float(design.x[0]),
+                "fitted_up_to": float(fit_x[-1]),
+            },
         }
     out_pairs = [
-        _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence, draws) for a, b in pairs
+        _pair(
+            a, b, fits, back, design, grid, requested, horizon, level, confidence, draws, by_seed is not None
+        )
+        for a, b in pairs
     ]
     result = {
         "x": x_name,
@@ -135,14 +153,21 @@ def analyse(
         "resample": resample,
         "resamples": draws.description,
         "interval": "expanded percentile" if expand else "percentile",
+        "backtest_method": (
+            f"per-seed refits and a t interval on {n_seeds - 1} df (fewer than {PER_SEED_BELOW} seeds)"
+            if by_seed is not None
+            else f"the {'expanded ' if expand else ''}percentile interval over the seed resamples"
+        ),
         "tail_probability": level,
         "interfaces": out_interfaces,
         "pairs": out_pairs,
     }
     result["describes_points"] = all(i["adequacy"]["describes_points"] for i in out_interfaces.values())
-    result["sentences"] = [
-        s for name, i in out_interfaces.items() for s in adequacy_sentences(name, i["adequacy"], design)
-    ] + [s for p in out_pairs for s in p["sentences"]]
+    result["sentences"] = (  # a curve that misses its points says so first
+        [s for name, i in out_interfaces.items() for s in adequacy_sentences(name, i["adequacy"], design)]
+        + [fit_sentence(result, design)]
+        + [s for p in out_pairs for s in p["sentences"]]
+    )
     return strict_json(result)
 
 
@@ -181,7 +206,26 @@ def curve_at(theta: np.ndarray, x: float) -> np.ndarray:
     return np.exp(log_curve(theta, np.log([x])))[:, 0]
 
 
-def _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence, draws: Draws) -> dict:
+def _backtest(
+    predicted: float,
+    predicted_rows: np.ndarray,
+    per_seed: np.ndarray,
+    held_out: float,
+    draws: Draws,
+    level: float,
+    confidence: float,
+    by_seed: bool,
+) -> dict:
+    """``check_backtest_per_seed`` where ``predicted_rows`` are each seed's own refit's, else ``check_backtest``
+    over the seed resamples."""
+    if by_seed:
+        return check_backtest_per_seed(predicted, predicted_rows, per_seed, held_out, confidence)
+    return check_backtest(predicted, predicted_rows, per_seed, held_out, draws, level)
+
+
+def _pair(
+    a, b, fits, back, design, grid, requested, horizon, level, confidence, draws: Draws, by_seed: bool = False
+) -> dict:
     (theta_a, boot_a), (theta_b, boot_b) = fits[a], fits[b]
     rows_a, rows_b = np.vstack([theta_a[None], boot_a]), np.vstack([theta_b[None], boot_b])
     largest = float(design.x[-1])
@@ -204,7 +248,8 @@ def _pair(a, b, fits, back, design, grid, requested, horizon, level, confidence,
     bt = gap_at(np.array([largest]), np.vstack([bt_a[None], bt_boot_a]), np.vstack([bt_b[None], bt_boot_b]))
     per_seed = (design.loss[a] - design.loss[b])[:, -1]
     backtest = {
-        **check_backtest(float(bt[0, 0]), bt[1:, 0], per_seed, largest, draws, level),
+        **_backtest(float(bt[0, 0]), bt[1:, 0], per_seed, largest, draws, level, confidence, by_seed),
+        "fitted_from": float(design.x[0]),
         "fitted_up_to": float(design.x[-2]),
     }
     result = {
@@ -297,7 +342,8 @@ def form_checks(
     draws = resamples(np.random.default_rng(seed), n_seeds, n_x, n_boot, "seeds")
     level = tail_probability(confidence, n_seeds)
     backtests = [
-        {**expanding_backtests(design, f, draws, level, pairs), "confidence": confidence} for f in FORMS
+        {**expanding_backtests(design, f, draws, level, pairs, confidence), "confidence": confidence}
+        for f in FORMS
     ]
     try:
         check_design(observations, "tokens")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from tablefree import stats
 from tablefree.fileio import strict_json
 from tablefree.scaling.analysis import DEFAULT_HORIZON, analyse, form_checks
+from tablefree.scaling.backtests import PER_SEED_BELOW
 from tablefree.scaling.fits import HUBER_DELTA
 from tablefree.scaling.intervals import DEFAULT_BOOTSTRAP
 from tablefree.scaling.measured import measured_changes
@@ -114,7 +115,8 @@ def scaling_report(
                 f"of starts; {100 * confidence:g}% expanded percentile intervals over resamples of seeds (the same "
                 f"draw for every interface: every multiset with its probability where there are at most {n_boot}, "
                 f"else {n_boot} random draws, RNG seed {seed}); each fit checked against its points; backtest "
-                "without the largest budget; against tokens, on the budgets of the fit window, with a second form "
+                f"without the largest budget, its error's interval from the same seed resamples, or with fewer than "
+                f"{PER_SEED_BELOW} seeds from each seed's own refit and a t interval on S − 1 df; against tokens, on the budgets of the fit window, with a second form "
                 "L = E + B·(D + D0)^(−β) and expanding-window backtests of both"
             ),
             # what this call was given besides the observations: `scaling_report(observations, **arguments)`

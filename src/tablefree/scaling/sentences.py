@@ -7,6 +7,23 @@ from tablefree.scaling.observations import Design
 from tablefree.units import human
 
 
+def window_phrase(first: float, last: float, budgets: int, unit: str = "tokens") -> str:
+    """ "the 4 budgets from 525k to 4.2M tokens": the window a fit or backtest was fitted on."""
+    return f"the {budgets} budgets from {human(first)} to {human(last)} {unit}"
+
+
+def fit_sentence(result: dict, design: Design) -> str:
+    """What the fit used: its window, its intervals, and its backtest's window and method."""
+    unit = "tokens" if design.x_name == "tokens" else "parameters"
+    x = result["budgets"]
+    return (
+        f"The fits of L = E + B·x^(−β) use {window_phrase(x[0], x[-1], len(x), unit)} and {len(result['seeds'])} "
+        f"seeds, with {100 * result['confidence']:g}% {result['interval']} intervals over resamples of the seeds "
+        f"({result['resamples']}); the backtest refits {window_phrase(x[0], x[-2], len(x) - 1, unit)} and "
+        f"predicts {human(x[-1])}, its error's interval by {result['backtest_method']}."
+    )
+
+
 def adequacy_sentences(
     name: str, adequacy: dict, design: Design, formula: str = "L = E + B·x^(−β)"
 ) -> list[str]:
@@ -88,11 +105,16 @@ def pair_sentences(pair: dict, design: Design, confidence: float) -> list[str]:
         else f"the error's interval excludes 0, so the extrapolation failed its check over {checked} and "
         "the fits' predictions beyond the budgets run are not results"
     )
+    fitted = (
+        f"fitted on {human(bt['fitted_from'])}–{human(bt['fitted_up_to'])}"
+        if "fitted_from" in bt
+        else f"fitted up to {human(bt['fitted_up_to'])}"
+    )
     sentences.append(
-        f"The backtest (fitted up to {human(bt['fitted_up_to'])}) predicted a gap of {num(bt['predicted'])} "
-        f"at {human(bt['at'])} ({level} [{num(bt['low'])}, {num(bt['high'])}]), observed "
-        f"{num(bt['observed'])}: off by {num(bt['error'])} nats/token ({level} of the error, the observed "
-        f"mean's seed noise included: [{num(bt['error_low'])}, {num(bt['error_high'])}]); {verdict}"
+        f"The backtest ({fitted}; {bt.get('method', 'expanded percentile over seed resamples')}) predicted a "
+        f"gap of {num(bt['predicted'])} at {human(bt['at'])} ({level} [{num(bt['low'])}, {num(bt['high'])}]), "
+        f"observed {num(bt['observed'])}: off by {num(bt['error'])} nats/token ({level} of the error, the "
+        f"observed mean's seed noise included: [{num(bt['error_low'])}, {num(bt['error_high'])}]); {verdict}"
         + (
             f"; the prediction at {human(pair['gap_at'][-1]['x'])} reaches {ratio(pair['gap_at'][-1]['reach'])} "
             "beyond the largest budget run, beyond what was checked."
@@ -122,11 +144,14 @@ def backtest_sentences(result: dict) -> list[str]:
         checks = window["checks"]
         worst = max(checks, key=lambda c: abs(c["error"]))
         what = worst.get("interface") or " − ".join(worst["pair"])
+        first = f"{human(window['fitted_from'])} to " if "fitted_from" in window else ""
+        method = worst.get("method", "expanded percentile over seed resamples")
         sentences.append(
-            f"Backtest of {name} fitted on the first {window['budgets']} budgets (to "
+            f"Backtest of {name} fitted on the first {window['budgets']} budgets ({first}"
             f"{human(window['fitted_up_to'])} tokens): {window['passed']} of {len(checks)} predictions of the "
             f"larger budgets (each interface's loss, each pair's gap) have an error interval that includes 0; the "
-            f"largest error, {what} at {human(worst['at'])}, is {num(worst['error'])} nats/token ({100 * result['confidence']:g}% "
-            f"expanded percentile over seed resamples [{num(worst['error_low'])}, {num(worst['error_high'])}])."
+            f"largest error, {what} at {human(worst['at'])}, is {num(worst['error'])} nats/token "
+            f"({100 * result['confidence']:g}% interval, {method}: "
+            f"[{num(worst['error_low'])}, {num(worst['error_high'])}])."
         )
     return sentences

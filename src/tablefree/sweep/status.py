@@ -29,8 +29,8 @@ def run_state(run: RunPlan, spec: EvalSpec) -> str:
     current = set(spec.tasks) <= evaluated and limits == (spec.limit, spec.val_limit)
     # validation results from before per-document losses existed: evaluate again (the report's bootstrap)
     tasks = results.get("tasks", {})  # none yet: trained, not evaluated
-    # and from before coverage was recorded (the last short window was dropped then)
-    per_document = "validation" not in spec.tasks or {"per_document", "coverage"} <= set(
+    # and from before coverage was recorded (the last short window was dropped then), and the frequency bands
+    per_document = "validation" not in spec.tasks or {"per_document", "coverage", "frequency_bands"} <= set(
         tasks.get("validation", {})
     )
     examples = (run.directory / RUN_FILES["examples"]).exists()
