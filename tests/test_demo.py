@@ -86,3 +86,19 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     assert {summary["precision"] for summary in summaries} == {"fp32"}
     assert {(e["dtype"], e["dtype_reason"]) for e in evaluations} == {("fp32", "as configured")}
     assert any("each, fp32; evaluating" in line for line in lines)
+
+
+def test_demo_trains_the_interfaces_asked_for(tmp_path: Path, monkeypatch) -> None:
+    """`tablefree demo --interfaces learned,canonical` (the headline pair alone) reaches run_demo; the default
+    stays the three interfaces."""
+    from tablefree import demo
+    from tablefree.cli import main
+
+    calls: list[dict] = []
+    monkeypatch.setattr(
+        demo, "run_demo", lambda **kw: calls.append(kw) or {"out": kw["out"], "summary": [], "failed": []}
+    )
+    assert main(["demo", "--interfaces", "learned,canonical", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    assert [call["interfaces"] for call in calls] == [["learned", "canonical"], None]
+    assert demo.DEMO_INTERFACES == ("learned", "canonical", "affine")

@@ -34,7 +34,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="dotted overrides, e.g. dataset.dir=data/mine eval.limit=null train.budget=1M eval.data_dir=DIR",
     )
     compare.add_argument(
-        "--interfaces", type=_names, default=None, help="comma-separated, e.g. learned,canonical,affine"
+        "--interfaces",
+        type=parse_interfaces,
+        default=None,
+        help="comma-separated, e.g. learned,canonical,affine",
     )
     compare.add_argument("--seeds", type=parse_seeds, default=None, help="comma-separated, e.g. 0,1,2")
     compare.add_argument("--out", type=Path, default=None, help="sweep directory (default: the config's out)")
@@ -96,7 +99,8 @@ def _budgets(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _names(text: str) -> list[str]:
+def parse_interfaces(text: str) -> list[str]:
+    """``--interfaces learned,canonical`` (shared by `compare` and `demo`)."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise argparse.ArgumentTypeError("expected comma-separated interface names")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tablefree.cli.compare import parse_seeds
+from tablefree.cli.compare import parse_interfaces, parse_seeds
 from tablefree.cli.eval import limit_arg
 
 
@@ -38,6 +38,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "freedom, too few to resolve anything honestly)",
     )
     parser.add_argument(
+        "--interfaces",
+        type=parse_interfaces,
+        default=None,
+        help="comma-separated interfaces to train (default: learned,canonical,affine; learned,canonical is the "
+        "headline pair in two thirds of the time)",
+    )
+    parser.add_argument(
         "--budget",
         default=None,
         help="training tokens per run (default: 300k, the tiny recipe's 500k shortened to fit the time)",
@@ -63,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         budget=args.budget,
         eval_limit=args.eval_limit,
+        interfaces=args.interfaces,
     )
     print()
     print(f"report: {Path(result['out']) / 'report.md'}")

@@ -62,12 +62,14 @@ class _ExpansionBound(io.RawIOBase):
     def readinto(self, buffer) -> int:
         size = self.stream.readinto(buffer)
         self.expanded += size
-        compressed = self.raw.tell()
+        # the compressed bytes decompressed so far: zstd counts them (the file's position is its read-ahead);
+        # gzip reads ahead at most 128 KiB
+        compressed = self.stream.consumed if isinstance(self.stream, _ZstdStream) else self.raw.tell()
         if self.expanded > self.max_expansion * compressed + EXPANSION_ALLOWANCE:
             raise CorpusError(
                 f"{self.source.rel}: its {self.source.compression} data expands more than "
-                f"{self.max_expansion:g} times ({self.expanded:,} bytes from the first {compressed:,} of its "
-                f"{self.source.path.stat().st_size:,}): a decompression bomb, or text far more repetitive than "
+                f"{self.max_expansion:g} times ({self.expanded:,} bytes out of its first {compressed:,} "
+                f"compressed bytes, of {self.source.path.stat().st_size:,}): a decompression bomb, or text far more repetitive than "
                 "a corpus; not read. If the file is sound, raise the bound: --max-expansion RATIO "
                 "(Python: max_expansion=)"
             )
@@ -94,31 +96,55 @@ class _GzipStream(gzip.GzipFile):
             self._source_file.close()
 
 
+# zstd writes at most 128 KiB per block and a block takes at least 4 bytes (its header and one byte to repeat), so
+# one compressed byte expands to at most 32 KiB: feeding ZSTD_FEED_BYTES at a time bounds one decompression call's
+# output at ZSTD_FEED_BYTES × 32 KiB + 128 KiB, about 4 MiB, whatever the file holds.
+ZSTD_MAX_BLOCK = 128 << 10
+ZSTD_FEED_BYTES = 128
+
+
+def zstd_output_bound(feed_bytes: int = ZSTD_FEED_BYTES) -> int:
+    """The most bytes one decompression call over ``feed_bytes`` compressed bytes can return."""
+    return feed_bytes * (ZSTD_MAX_BLOCK // 4) + ZSTD_MAX_BLOCK
+
+
 class _ZstdStream(io.RawIOBase):
     """Decompressed bytes of a zstd file of one or more frames. Unlike zstandard's stream reader, which
     returns a truncated file's partial data as if it were whole, it raises an OSError when the file ends
-    inside a frame."""
+    inside a frame. The decompressor is fed ``ZSTD_FEED_BYTES`` at a time, so memory stays bounded
+    (``zstd_output_bound``) however far the data expands, and ``consumed`` counts the compressed bytes
+    decompressed so far (the expansion bound's denominator, not what was read ahead)."""
 
     def __init__(self, raw: io.BufferedIOBase, zstandard) -> None:
         self.raw, self.zstandard = raw, zstandard
         self.frame = None  # the decompressor of the frame being read
-        self.pending, self.leftover = b"", b""
+        self.pending = b""
+        self.chunk, self.offset = memoryview(b""), 0  # compressed bytes read, and how many were fed
+        self.consumed = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         while not self.pending:
-            chunk, self.leftover = self.leftover or self.raw.read(READ_BLOCK), b""
-            if not chunk:
-                if self.frame is not None:
-                    raise OSError("truncated zstd data: the file ends inside a frame")
-                return 0
+            if self.offset == len(self.chunk):
+                self.chunk, self.offset = memoryview(self.raw.read(READ_BLOCK)), 0
+                if not self.chunk:
+                    if self.frame is not None:
+                        raise OSError("truncated zstd data: the file ends inside a frame")
+                    return 0
             if self.frame is None:
                 self.frame = self.zstandard.ZstdDecompressor().decompressobj()
-            self.pending = self.frame.decompress(chunk)
+            piece = self.chunk[self.offset : self.offset + ZSTD_FEED_BYTES]
+            self.offset += len(piece)
+            self.pending = self.frame.decompress(piece)
             if self.frame.eof:
-                self.leftover, self.frame = self.frame.unused_data, None
+                unused = len(self.frame.unused_data)  # the next frame's first bytes: fed again to a new one
+                self.offset -= unused
+                self.frame = None
+            else:
+                unused = 0
+            self.consumed += len(piece) - unused
         size = min(len(buffer), len(self.pending))
         buffer[:size] = self.pending[:size]
         self.pending = self.pending[size:]

@@ -18,7 +18,13 @@ import torch
 
 from tablefree.codes import id_bit_of_code_bit, num_bits
 from tablefree.interfaces.base import InputInterface, check_token_ids
-from tablefree.interfaces.options import InterfaceConfig, OptionError, choice
+from tablefree.interfaces.options import (
+    MAX_INPUT_SCALE,
+    InterfaceConfig,
+    OptionError,
+    choice,
+    input_scale_error,
+)
 
 LIFTS = ("tile", "interleave")
 VALUE_SETS = ("01", "pm1")
@@ -38,8 +44,8 @@ class LiftOptions(InterfaceConfig):
     def __post_init__(self) -> None:
         choice("lift", self.lift, LIFTS)
         choice("values", self.values, VALUE_SETS)
-        if not self.scale > 0:  # the type is checked by the config reader
-            raise OptionError("scale", f"expected a positive number, got {self.scale!r}")
+        if not 0 < self.scale <= MAX_INPUT_SCALE:  # the type is checked by the config reader; NaN fails too
+            raise OptionError("scale", input_scale_error(self.scale))
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from tablefree.interfaces.base import InputInterface, check_token_ids, register_interface
-from tablefree.interfaces.options import InterfaceConfig, OptionError
+from tablefree.interfaces.options import MAX_INPUT_SCALE, InterfaceConfig, OptionError, input_scale_error
 
 MASK32 = 0xFFFF_FFFF
 DEFAULT_SIGMA = 1 / math.sqrt(2)
@@ -34,8 +34,8 @@ class GaussianOptions(InterfaceConfig):
     seed: int | None = None  # seed of the table; None (default): the training seed
 
     def __post_init__(self) -> None:
-        if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma > 0):
-            raise OptionError("sigma", f"expected a positive number, got {self.sigma}")
+        if self.sigma is not None and not 0 < self.sigma <= MAX_INPUT_SCALE:  # NaN fails too
+            raise OptionError("sigma", input_scale_error(self.sigma))
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:

@@ -412,6 +412,9 @@ def _learning_rate(report: dict[str, Any]) -> str:
             "| interface | " + " | ".join(f"lr {rate:g}" for rate in rates) + " | chosen |",
             "|---|" + "---|" * len(rates) + "---|",
         ]
+        too_small = check["selection"].get("too_small")
+        if too_small:  # ranked, but not a choice: no bold rate and no gap at each interface's own rate
+            lines[-2:-2] = [f"**The selection split is too small to choose a rate on**: {too_small}.", ""]
         for interface, cell in check["per_interface"].items():
             values = []
             for rate in rates:
@@ -424,9 +427,12 @@ def _learning_rate(report: dict[str, Any]) -> str:
                     + f" ({entry['n']} seeds)"
                 )
             edge = " (at the grid's edge: the best rate may lie beyond it)" if cell["at_edge"] else ""
-            lines.append(f"| {interface} | " + " | ".join(values) + f" | **{cell['chosen']:g}**{edge} |")
+            chosen = (
+                f"lowest {cell['chosen']:g}, not chosen" if too_small else f"**{cell['chosen']:g}**{edge}"
+            )
+            lines.append(f"| {interface} | " + " | ".join(values) + f" | {chosen} |")
         shared = check["shared_rate"]
-        if shared is None:
+        if shared is None or too_small:
             continue
         lines += [
             "",

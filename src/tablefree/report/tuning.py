@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
+from tablefree.evaluate.selection import (
+    MIN_SELECTION_TOKENS,
+    MIN_SELECTION_WINDOWS,
+    selection_split_shortfall,
+)
 from tablefree.fileio import read_json
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
@@ -132,6 +137,8 @@ def _selection_source(runs: list[Run]) -> dict[str, Any]:
     found = [read_json(run.directory / SELECTION_FILE, default=None) for run in runs]
     if found and all(isinstance(entry, dict) and "selection_loss" in entry for entry in found):
         first = found[0]
+        # a sweep from before check_selection_split's minimum may have chosen on a handful of windows
+        too_small = selection_split_shortfall(int(first["windows"]), int(first["tokens"]))
         return {
             "name": "selection split",
             "description": (
@@ -140,6 +147,12 @@ def _selection_source(runs: list[Run]) -> dict[str, Any]:
                 f"{human(first['tokens'])} tokens)"
             ),
             "disjoint_from_verdict": True,
+            "too_small": (
+                f"{too_small}; a rate is chosen on at least {MIN_SELECTION_WINDOWS} windows and "
+                f"{MIN_SELECTION_TOKENS:,} tokens (re-run with a lower data.select_every)"
+                if too_small
+                else None
+            ),
         }
     return {
         "name": "in-training estimate",

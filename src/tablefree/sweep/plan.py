@@ -13,6 +13,11 @@ from typing import Any
 from tablefree.config_parsing import from_dict
 from tablefree.data.loader import read_manifest, split_windows
 from tablefree.evaluate import get_task
+from tablefree.evaluate.selection import (
+    MIN_SELECTION_TOKENS,
+    MIN_SELECTION_WINDOWS,
+    selection_split_shortfall,
+)
 from tablefree.evaluate.tasks import check_task_files
 from tablefree.params import param_breakdown
 from tablefree.rundir import run_directory, run_name
@@ -151,7 +156,10 @@ def check_sweep(config: CompareConfig, plans: list[RunPlan]) -> None:
             raise ValueError(f"recipe of {plan.name}: {error}") from error
         if manifest is not None and plan.select_every:
             check_selection_split(
-                plan, split_windows(manifest, train_config.data.dir, "train", steps.seq_len)
+                plan,
+                split_windows(manifest, train_config.data.dir, "train", steps.seq_len),
+                steps.seq_len,
+                chooses=bool(config.grid.lr),
             )
 
 
@@ -169,13 +177,31 @@ def check_plans(config: CompareConfig, plans: list[RunPlan]) -> None:
                 )
 
 
-def check_selection_split(plan: RunPlan, windows: int) -> None:
+def check_selection_split(plan: RunPlan, windows: int, seq_len: int, chooses: bool = False) -> None:
     """``data.select_every: k`` must set at least one of the dataset's training windows aside (k <= windows);
-    k >= 2, which the recipe checks, leaves most of them to training."""
+    k >= 2, which the recipe checks, leaves most of them to training. When a rate grid chooses on it
+    (``chooses``), the windows of ``seq_len`` tokens set aside (every k-th: windows // k) must reach the minimum
+    a rate is chosen on (``MIN_SELECTION_WINDOWS`` windows and ``MIN_SELECTION_TOKENS`` tokens)."""
     if plan.select_every > windows:
         raise ValueError(
             f"recipe of {plan.name}: train.data.select_every: {plan.select_every} sets none of the dataset's "
             f"{windows:,} training windows aside (every k-th is held out); expected 2 to {windows:,}"
+        )
+    held = windows // plan.select_every
+    shortfall = selection_split_shortfall(held, held * seq_len) if chooses else None
+    if shortfall:
+        needed = max(MIN_SELECTION_WINDOWS, -(-MIN_SELECTION_TOKENS // seq_len))
+        largest = windows // needed
+        fix = (
+            f"expected 2 to {largest:,} (every k-th of the {windows:,} windows of {seq_len} tokens)"
+            if largest >= 2
+            else f"the dataset has {windows:,} windows of {seq_len} tokens, too few to hold out {needed} and "
+            "train on the rest: a larger dataset, or no grid.lr"
+        )
+        raise ValueError(
+            f"recipe of {plan.name}: train.data.select_every: {plan.select_every} sets aside {held:,} windows "
+            f"({held * seq_len:,} tokens) for grid.lr to choose each interface's rate on, too few ({shortfall}; "
+            f"a rate needs at least {MIN_SELECTION_WINDOWS} windows and {MIN_SELECTION_TOKENS:,} tokens); {fix}"
         )
 
 

@@ -446,8 +446,28 @@ class Trainer:
         raise NonFiniteLossError(
             f"step {step}: {what}; stopped without updating the model. "
             + (f"The last good checkpoint is {last}." if last else "No checkpoint was saved yet.")
-            + " (on_nonfinite=skip skips such updates instead.)",
+            + (
+                self._first_step_causes() if step == 1 else " (on_nonfinite=skip skips such updates instead.)"
+            ),
             stop_reason=f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step}",
+        )
+
+    def _first_step_causes(self) -> str:
+        """Why a first step fails: the initial weights and the inputs, not the updates (skipping every update
+        would train nothing), so name the settings that size them."""
+        interface = self.model_config.interface
+        sizes = [
+            f"model.interface.{option}={getattr(interface, option):g} ({interface.name})"
+            for option in ("scale", "sigma")
+            if isinstance(getattr(interface, option, None), float | int)
+        ]
+        settings = ", ".join(
+            [*sizes, f"model.init_std={self.model_config.init_std:g}", f"precision={self.precision.value}"]
+        )
+        return (
+            " At step 1 the model is still its initialisation, so the settings that size its inputs and weights "
+            f"fail: check {settings} (optim.lr={self.config.optim.lr:g} has not acted yet: no update comes before "
+            "step 1's loss). on_nonfinite=skip would skip every update."
         )
 
     def validate(self) -> float:
