@@ -393,12 +393,12 @@ READERS = ("eval", "export", "generate")
 
 def read_with(reader: str, target: Path, data_dir: Path, out: Path) -> None:
     """One reader's Python API, as its CLI verb calls it."""
-    from tablefree.evaluate.evaluator import run_eval
+    from tablefree.evaluate import EvalSpec, run_eval
     from tablefree.export import export_hf
     from tablefree.generate import generate
 
     if reader == "eval":
-        run_eval(target, ["validation"], val_data=data_dir, limit=1, batch_size=1, dtype="fp32")
+        run_eval(EvalSpec(target, ["validation"], val_data=data_dir, limit=1, batch_size=1, dtype="fp32"))
     elif reader == "export":
         export_hf(target, out / "export")
     else:
