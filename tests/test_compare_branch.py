@@ -451,10 +451,13 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     assert any("backtest" in sentence for sentence in entry["fits"]["sentences"])
     # the fits recompute bit for bit from what the report ships: its observations and its recorded arguments
     from tablefree.report.curves import observations_of
-    from tablefree.scaling import scaling_report
+    from tablefree.scaling import ScalingReportSpec, scaling_report
 
     shipped = json.loads(json.dumps(entry, allow_nan=False))  # as read back from report.json
-    assert scaling_report(observations_of(shipped), **shipped["fits"]["arguments"]) == shipped["fits"]
+    assert (
+        scaling_report(observations_of(shipped), ScalingReportSpec(**shipped["fits"]["arguments"]))
+        == shipped["fits"]
+    )
     # the sweep config's predict_at (or the report's --predict-at) adds budgets the fits predict the gaps at
     (predicted,) = fitted_curves(runs, {**config, "predict_at": ["64M"]}, ["learned", "canonical"], [], 200)
     (gap_64m,) = [g for g in predicted["fits"]["tokens"][0]["pairs"][0]["gap_at"] if g["x"] == 64e6]
