@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import threading
 import time
@@ -54,6 +53,7 @@ from tablefree.params import param_breakdown
 from tablefree.precision import autocast_dtype, choose_compile, choose_precision, estimate_eager_seconds
 from tablefree.rundir import RUN_FILES
 from tablefree.train.checkpoints import Checkpointer
+from tablefree.train.faults import StepHook, hooks_from_environment
 from tablefree.train.metrics import (
     MetricsLog,
     StepLog,
@@ -88,8 +88,6 @@ from tablefree.train.validate import Validator
 CONFIG_FILE = RUN_FILES["config"]
 METRICS_FILE = RUN_FILES["metrics"]
 SUMMARY_FILE = RUN_FILES["summary"]
-# Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
-KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
 # with several processes, a stop signal is agreed on at least this often (and at every log, validation and save)
 STOP_CHECK_STEPS = 10
 
@@ -209,19 +207,19 @@ class Trainer:
         # the components that decide when to validate, save and stop, built once
         self.validator = Validator(dataset, config, self.plan, info, self.train_model, self.autocast)
         self.checkpointer = Checkpointer(
-            run_dir,
-            config,
-            self.model_config,
-            dataset,
-            self.model,
-            self.train_model,
-            self.optimizer,
-            self.train_loader,
-            self.plan,
-            info,
+            run_dir=run_dir,
+            config=config,
+            model_config=self.model_config,
+            dataset=dataset,
+            model=self.model,
+            train_model=self.train_model,
+            optimizer=self.optimizer,
+            loader=self.train_loader,
+            run_plan=self.plan,
+            info=info,
         )
         self.stop = StopSignal(info.world_size, self.device)
-        self.kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0"))  # fault injection (tests)
+        self.step_hooks: list[StepHook] = hooks_from_environment()  # test-only fault injection
 
         # the state: fresh, or resumed from the newest checkpoint that loads
         resumed = self.checkpointer.resume() if resume else None
@@ -299,7 +297,7 @@ class Trainer:
                         or saving
                         or self.step_log.should_log(step)
                         or self.stop.should_agree(step)
-                        or step == self.kill_after
+                        or any(hook.needs_read(step) for hook in self.step_hooks)
                     )
                     if reading:  # before anything is validated or saved: a NaN step stops here
                         self.read_steps()
@@ -314,8 +312,8 @@ class Trainer:
                         stop_reason = f"stopped by {self.stop.requested or 'a signal on another process'}"
                         self._print_stopped(stop_reason)
                         break
-                    if step == self.kill_after:
-                        os.kill(os.getpid(), signal.SIGKILL)
+                    for hook in self.step_hooks:
+                        hook.after_step(step)
 
             completed = state.step >= total_steps and stop_reason == "completed"
             if completed and not self._resumed_a_finished_run():
