@@ -75,6 +75,7 @@ from tablefree.train.parallelize import (
 )
 from tablefree.train.recipe import ModelSpec, TrainConfig, lr_at, plan
 from tablefree.train.resume import (
+    Change,
     RunDirLock,
     check_run_dir,
     nothing_to_resume,
@@ -144,17 +145,56 @@ class Trainer:
     ) -> None:
         self.started = time.perf_counter()
         self.info, self.run_dir, self.device = info, run_dir, info.device
+        self.dataset = self._checked_dataset(config, resume)
+        self.config = config = self._plan(config)
+        changes = check_run_dir(run_dir, config, resume, allow_change, info)  # fresh, or the allowed changes
+        self._build_model()
+        # the components that decide when to validate, save and stop, built once
+        self.validator = Validator(self.dataset, config, self.plan, info, self.train_model, self.autocast)
+        self.checkpointer = Checkpointer(
+            run_dir=run_dir,
+            config=config,
+            model_config=self.model_config,
+            dataset=self.dataset,
+            model=self.model,
+            train_model=self.train_model,
+            optimizer=self.optimizer,
+            loader=self.train_loader,
+            run_plan=self.plan,
+            info=info,
+        )
+        self.stop = StopSignal(info.world_size, self.device)
+        self.step_hooks: list[StepHook] = hooks_from_environment()  # test-only fault injection
+        self._restore_state(resume, changes)
+        # the run's files and what it reports
+        self._write_run_files()
+        self.metrics = MetricsLog(run_dir, enabled=info.is_main)
+        self._describe()
+        self.step_log = StepLog(
+            self.metrics,
+            self.plan,
+            config.log_every,
+            self.flops_per_token,
+            self.ceiling.flops,
+            info,
+            start_step=self.state.step,
+        )
 
-        # the dataset, checked before anything is built
-        self.dataset = dataset = Dataset.open(config.data.dir)
-        verify_dataset_on_all_ranks(dataset, info)
+    def _checked_dataset(self, config: TrainConfig, resume: bool) -> Dataset:
+        """The dataset, checked on every rank before anything is built."""
+        dataset = Dataset.open(config.data.dir)
+        verify_dataset_on_all_ranks(dataset, self.info)
         if resume:  # before the model is built: a different dataset is named as such, not as a vocab_size
-            verify_dataset_matches_run(run_dir, dataset)
+            verify_dataset_matches_run(self.run_dir, dataset)
+        return dataset
 
-        # the model's shape and the run's numbers
+    def _plan(self, config: TrainConfig) -> TrainConfig:
+        """The model's shape and the run's numbers (step plan, FLOPs, precision, compile); returns the recipe
+        resolved against them."""
+        info, dataset = self.info, self.dataset
         self.model_config = config.model.build(dataset_vocab_size=dataset.vocab_size, seed=config.seed)
         self.plan = plan(config, self.model_config, info.world_size)
-        self.config = config = resolved_config(config, self.model_config, self.plan.seq_len)
+        config = resolved_config(config, self.model_config, self.plan.seq_len)
         self.breakdown = param_breakdown(self.model_config)
         self.flops_per_token = flops_per_token(self.model_config, self.plan.seq_len)
         self.precision = choose_precision(config.precision, self.device)
@@ -169,11 +209,11 @@ class Trainer:
             self.device,
             estimated_eager_s=estimate_eager_seconds(run_flops, self.ceiling.flops),
         )
+        return config
 
-        # the run directory's policy: a fresh run, or the recorded recipe with the changes allowed
-        changes = check_run_dir(run_dir, config, resume, allow_change, info)
-
-        # model, parallelism, optimizer, data
+    def _build_model(self) -> None:
+        """The model, its parallel wrapper, the optimizer, the training loader and the autocast context."""
+        config, info = self.config, self.info
         # FSDP2: built on the meta device; parallelize() materialises only this rank's shards.
         self.model = build_model(
             self.model_config, seed=config.seed, device="meta" if config.parallel == "fsdp" else self.device
@@ -188,7 +228,7 @@ class Trainer:
             seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
-        self.train_loader = dataset.loader(
+        self.train_loader = self.dataset.loader(
             "train",
             self.plan.seq_len,
             config.micro_batch,
@@ -204,65 +244,40 @@ class Trainer:
             else contextlib.nullcontext()
         )
 
-        # the components that decide when to validate, save and stop, built once
-        self.validator = Validator(dataset, config, self.plan, info, self.train_model, self.autocast)
-        self.checkpointer = Checkpointer(
-            run_dir=run_dir,
-            config=config,
-            model_config=self.model_config,
-            dataset=dataset,
-            model=self.model,
-            train_model=self.train_model,
-            optimizer=self.optimizer,
-            loader=self.train_loader,
-            run_plan=self.plan,
-            info=info,
-        )
-        self.stop = StopSignal(info.world_size, self.device)
-        self.step_hooks: list[StepHook] = hooks_from_environment()  # test-only fault injection
-
-        # the state: fresh, or resumed from the newest checkpoint that loads
+    def _restore_state(self, resume: bool, changes: list[Change]) -> None:
+        """The state: fresh, or resumed from the newest checkpoint that loads; the recipe changes recorded."""
         resumed = self.checkpointer.resume() if resume else None
         self.resumed_from = resumed.checkpoint if resumed else None
         self.state = resumed.state if resumed else TrainState()
         self.state.halted = torch.zeros((), dtype=torch.bool, device=self.device)  # on_nonfinite: stop
-        if changes and info.is_main:
-            record_changes(run_dir, changes, self.state.step)
+        if changes and self.info.is_main:
+            record_changes(self.run_dir, changes, self.state.step)
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
 
-        # the run's files and what it reports
-        self._write_run_files()
-        self.metrics = MetricsLog(run_dir, enabled=info.is_main)
-        if info.is_main:
-            describe_run(
-                config,
-                self.model_config,
-                self.plan,
-                info,
-                self.breakdown,
-                self.flops_per_token,
-                run_dir,
-                self.precision,
-                self.compile,
-                self.ceiling,
-                self.memory,
-                self.optimizer,
-            )
-            if self.resumed_from is not None:
-                print(
-                    f"resumed from {self.resumed_from} (step {self.state.step}, {self.state.tokens_seen:,} tokens)",
-                    flush=True,
-                )
-        self.step_log = StepLog(
-            self.metrics,
+    def _describe(self) -> None:
+        """The run's description on the console (main process), and where it resumed from."""
+        if not self.info.is_main:
+            return
+        describe_run(
+            self.config,
+            self.model_config,
             self.plan,
-            config.log_every,
+            self.info,
+            self.breakdown,
             self.flops_per_token,
-            self.ceiling.flops,
-            info,
-            start_step=self.state.step,
+            self.run_dir,
+            self.precision,
+            self.compile,
+            self.ceiling,
+            self.memory,
+            self.optimizer,
         )
+        if self.resumed_from is not None:
+            print(
+                f"resumed from {self.resumed_from} (step {self.state.step}, {self.state.tokens_seen:,} tokens)",
+                flush=True,
+            )
 
     def _write_run_files(self) -> None:
         """config.yaml (a resumed run keeps its recorded recipe; changes go to config_changes.json) and
