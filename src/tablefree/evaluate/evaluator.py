@@ -17,6 +17,7 @@ from tablefree.checkpoint.layout import META_FILE
 from tablefree.checkpoint.model_dir import load_model
 from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.cpu_memory import keep_freed_memory
+from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.spec import EvalSpec
@@ -287,8 +288,6 @@ def evaluate_task(
 
 def prefix_token_id(tokenizer) -> int:
     """The token lm-eval conditions on when a context is empty: EOT."""
-    from tablefree.data.tokenizer import eot_id
-
     return eot_id(tokenizer)
 
 
