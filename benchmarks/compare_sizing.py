@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tablefree.compare import load_compare_config
 from tablefree.config_parsing import from_dict
-from tablefree.evaluate import run_eval
+from tablefree.evaluate import EvalSpec, run_eval
 from tablefree.sweep.plan import plan_runs
 from tablefree.train import trainer
 from tablefree.train.recipe import TrainConfig, plan
@@ -71,10 +71,10 @@ def main() -> None:
         eval_costs = {}
         for task in benchmarks:
             _, wall_a, cpu_a = timed(
-                lambda t=task: run_eval(run_dir, [t], data_dir=config.eval.data_dir, limit=small)
+                lambda t=task: run_eval(EvalSpec(run_dir, [t], data_dir=config.eval.data_dir, limit=small))
             )
             _, wall_b, cpu_b = timed(
-                lambda t=task: run_eval(run_dir, [t], data_dir=config.eval.data_dir, limit=large)
+                lambda t=task: run_eval(EvalSpec(run_dir, [t], data_dir=config.eval.data_dir, limit=large))
             )
             eval_costs[task] = {
                 "wall_per_doc": (wall_b - wall_a) / (large - small),
@@ -82,7 +82,9 @@ def main() -> None:
                 "fixed_wall": wall_a - small * (wall_b - wall_a) / (large - small),
             }
         _, val_wall, val_cpu = timed(
-            lambda: run_eval(run_dir, ["validation"], limit=args.val_windows, val_data=recipe["data"]["dir"])
+            lambda: run_eval(
+                EvalSpec(run_dir, ["validation"], limit=args.val_windows, val_data=recipe["data"]["dir"])
+            )
         )
 
     from tablefree.data.loader import read_manifest

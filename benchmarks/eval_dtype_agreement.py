@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from tablefree.evaluate import run_eval
+from tablefree.evaluate import EvalSpec, run_eval
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ["hellaswag", "piqa", "lambada"]
@@ -33,7 +33,15 @@ def argmax(values: list[float]) -> int:
 def run(checkpoint: str, eval_data: str, limit: int, dtype: str, out: Path) -> tuple[dict, float]:
     start = time.perf_counter()
     run_eval(
-        checkpoint, TASKS, data_dir=eval_data, limit=limit, dtype=dtype, examples_out=out, bootstrap_iters=0
+        EvalSpec(
+            checkpoint,
+            TASKS,
+            data_dir=eval_data,
+            limit=limit,
+            dtype=dtype,
+            examples_out=out,
+            bootstrap_iters=0,
+        )
     )
     seconds = time.perf_counter() - start
     records = [json.loads(line) for line in out.read_text().splitlines()]

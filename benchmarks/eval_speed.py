@@ -31,7 +31,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tablefree import build_model, preset
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import multiple_choice_scores
-from tablefree.evaluate.tasks import TASKS, build_requests, load_docs
+from tablefree.evaluate.task_record import build_requests
+from tablefree.evaluate.tasks import TASKS, load_docs
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

@@ -42,7 +42,7 @@ from tablefree.checkpoint.model_dir import save_model
 from tablefree.cpu_memory import keep_freed_memory
 from tablefree.data.corpus import Corpus
 from tablefree.data.tokenizer import tokenizer_hash, train_tokenizer_from_texts
-from tablefree.evaluate import run_eval
+from tablefree.evaluate import EvalSpec, run_eval
 from tablefree.evaluate.lm_eval_adapter import write_local_tasks
 from tablefree.export import export_hf
 
@@ -87,13 +87,15 @@ def main() -> None:
     def ours() -> dict:
         examples = root / "examples.jsonl"
         run_eval(
-            root / "checkpoint",
-            tasks,
-            data_dir=args.eval_data,
-            limit=args.limit,
-            batch_size=args.batch_size,
-            examples_out=examples,
-            bootstrap_iters=0,
+            EvalSpec(
+                root / "checkpoint",
+                tasks,
+                data_dir=args.eval_data,
+                limit=args.limit,
+                batch_size=args.batch_size,
+                examples_out=examples,
+                bootstrap_iters=0,
+            )
         )
         rows = [json.loads(line) for line in examples.read_text().splitlines()]
         return {(r["task"], r["doc_id"]): r["loglikelihoods"] for r in rows}

@@ -11,6 +11,7 @@ import torch
 
 import tablefree
 from tablefree.analysis import (
+    AnalyzeSpec,
     MLPProbeSettings,
     analysis_markdown,
     cka_null,
@@ -154,7 +155,7 @@ def test_mlp_probe_has_the_same_controls_and_rejects_bad_settings():
 
 def test_untrained_control_gives_an_untrained_model_zero_selectivity(setup):
     _, data, canonical, _ = setup
-    result = run_analysis(canonical, data=data, positions=512, embedding_tokens=30)
+    result = run_analysis(AnalyzeSpec(canonical, data=data, positions=512, embedding_tokens=30))
     probes = result["probes"]
     assert probes["split"] == "types" and probes["controls"]["untrained"]["seed"] == 0
     assert set(probes["code_sets"]) == {"canonical", "random labels"}
@@ -280,7 +281,7 @@ def test_cli_writes_json_markdown_and_figures(setup, capsys):
 
 def test_markdown_section_can_be_embedded_at_another_level(setup):
     _, data, canonical, _ = setup
-    result = run_analysis(canonical, data=data, positions=512, embedding_tokens=30)
+    result = run_analysis(AnalyzeSpec(canonical, data=data, positions=512, embedding_tokens=30))
     assert (
         result["embeddings"]["tokens"] == 30 and "the 30 most frequent" in result["embeddings"]["token_set"]
     )

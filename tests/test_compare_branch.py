@@ -57,7 +57,7 @@ def test_branching_plans_one_trunk_per_interface_and_seed(tmp_path: Path) -> Non
     trunk, short, middle = plans[:3]
     assert trunk.branch is None and trunk.recipe["checkpoint_steps"] == [6, 12]
     assert (short.branch.trunk, short.branch.step, short.branch.directory) == (trunk.name, 6, trunk.directory)
-    assert middle.branch.step == 12 and "checkpoint_steps" not in middle.recipe
+    assert middle.branch.step == 12 and middle.train_config.checkpoint_steps == []
     # each branch point is the branch's own decay start, and the two schedules agree up to it
     schedule = trunk.train_config.schedule
     for run, steps in ((short, 8), (middle, 16)):
@@ -76,8 +76,9 @@ def test_branching_plans_one_trunk_per_interface_and_seed(tmp_path: Path) -> Non
         if run.branch is not None:
             own = trunks[run.branch.trunk]
             assert (own.interface, own.seed) == (run.interface, run.seed)
-            assert {k: v for k, v in own.recipe.items() if k not in ("budget", "checkpoint_steps")} == {
-                k: v for k, v in run.recipe.items() if k != "budget"
+            differ = ("budget", "checkpoint_steps")
+            assert {k: v for k, v in own.recipe.items() if k not in differ} == {
+                k: v for k, v in run.recipe.items() if k not in differ
             }
 
 
@@ -451,10 +452,13 @@ def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     assert any("backtest" in sentence for sentence in entry["fits"]["sentences"])
     # the fits recompute bit for bit from what the report ships: its observations and its recorded arguments
     from tablefree.report.curves import observations_of
-    from tablefree.scaling import scaling_report
+    from tablefree.scaling import ScalingReportSpec, scaling_report
 
     shipped = json.loads(json.dumps(entry, allow_nan=False))  # as read back from report.json
-    assert scaling_report(observations_of(shipped), **shipped["fits"]["arguments"]) == shipped["fits"]
+    assert (
+        scaling_report(observations_of(shipped), ScalingReportSpec(**shipped["fits"]["arguments"]))
+        == shipped["fits"]
+    )
     # the sweep config's predict_at (or the report's --predict-at) adds budgets the fits predict the gaps at
     (predicted,) = fitted_curves(runs, {**config, "predict_at": ["64M"]}, ["learned", "canonical"], [], 200)
     (gap_64m,) = [g for g in predicted["fits"]["tokens"][0]["pairs"][0]["gap_at"] if g["x"] == 64e6]
@@ -495,7 +499,6 @@ def test_a_budget_added_after_its_trunk_finished_trains_from_scratch(tmp_path: P
         "learned",
         0,
         tmp_path / "240k" / "learned-s0",
-        {},
         TrainConfig(),
         "240k",
         Branch("4M/learned-s0", trunk, 47),
@@ -522,7 +525,7 @@ def test_a_damaged_trunk_checkpoint_names_the_trunk_and_the_way_out(tmp_path: Pa
     (step / "COMPLETE").write_text(json.dumps({"sha256": {"model.safetensors": digest}}))
     (step / "model.safetensors").write_bytes(b"damaged")
     branch = tmp_path / "240k" / "learned-s0"
-    run = RunPlan("learned", 0, branch, {}, TrainConfig(), "240k", Branch("4M/learned-s0", trunk, 47))
+    run = RunPlan("learned", 0, branch, TrainConfig(), "240k", Branch("4M/learned-s0", trunk, 47))
     with pytest.raises(RuntimeError) as error:
         start_branch(run)
     message = str(error.value)

@@ -14,7 +14,7 @@ from tablefree import build_model, preset
 from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main as cli_main
 from tablefree.data.tokenizer import tokenizer_hash
-from tablefree.evaluate import run_eval
+from tablefree.evaluate import EvalSpec, run_eval
 
 REPO = Path(__file__).resolve().parents[1]
 # A flipped prediction is a near-tie when fp32's two log-likelihoods differ by less than this (nats). bf16
@@ -45,13 +45,15 @@ def checkpoint(tmp_path_factory) -> Path:
 
 def scores(checkpoint: Path, shared_data: Path, dtype: str, out: Path) -> tuple[dict, dict]:
     results = run_eval(
-        checkpoint,
-        ["hellaswag", "piqa"],
-        data_dir=shared_data / "eval",
-        limit=20,
-        dtype=dtype,
-        examples_out=out,
-        bootstrap_iters=0,
+        EvalSpec(
+            checkpoint,
+            ["hellaswag", "piqa"],
+            data_dir=shared_data / "eval",
+            limit=20,
+            dtype=dtype,
+            examples_out=out,
+            bootstrap_iters=0,
+        )
     )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     return results, {(r["task"], r["doc_id"]): r["loglikelihoods"] for r in records}
@@ -93,5 +95,5 @@ def test_eval_dtype_option(checkpoint, shared_data, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         cli_main([*args, "--dtype", "fp16"])
     with pytest.raises(ValueError, match="dtype"):
-        run_eval(checkpoint, ["piqa"], data_dir=shared_data / "eval", limit=1, dtype="half")
+        run_eval(EvalSpec(checkpoint, ["piqa"], data_dir=shared_data / "eval", limit=1, dtype="half"))
     assert torch.get_default_dtype() == torch.float32

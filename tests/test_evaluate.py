@@ -27,6 +27,7 @@ from tablefree.data.shards import write_shard
 from tablefree.data.tokenizer import tokenizer_hash
 from tablefree.evaluate import (
     TASKS,
+    EvalSpec,
     encode_pair,
     encode_pairs,
     format_results,
@@ -42,7 +43,8 @@ from tablefree.evaluate.metrics import (
     multiple_choice_scores,
     perplexity_rows,
 )
-from tablefree.evaluate.tasks import build_requests, lambada_split
+from tablefree.evaluate.task_functions import lambada_split
+from tablefree.evaluate.task_record import build_requests
 from tablefree.evaluate.validation import token_byte_lengths, validation_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -542,16 +544,18 @@ def test_run_eval_writes_results_and_examples(shared_data, checkpoint, model, to
     text = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 8
     tokens = _prepared_dataset(tmp_path / "data", tokenizer, text)
     results = run_eval(
-        checkpoint.parent,  # a directory of step_* checkpoints resolves to the newest
-        ["hellaswag", "lambada", "winogrande", "validation"],
-        data_dir=shared_data / "eval",
-        limit=6,
-        batch_size=5,
-        examples_out=tmp_path / "ex.jsonl",
-        val_data=tmp_path / "data",
-        bootstrap_iters=1000,
-        out=tmp_path / "results.json",
-        dtype="fp32",  # compared below with an fp32 forward pass; `auto` is bf16 on CPUs that multiply it natively
+        EvalSpec(
+            checkpoint.parent,  # a directory of step_* checkpoints resolves to the newest
+            ["hellaswag", "lambada", "winogrande", "validation"],
+            data_dir=shared_data / "eval",
+            limit=6,
+            batch_size=5,
+            examples_out=tmp_path / "ex.jsonl",
+            val_data=tmp_path / "data",
+            bootstrap_iters=1000,
+            out=tmp_path / "results.json",
+            dtype="fp32",  # compared below with an fp32 forward pass; `auto` is bf16 on CPUs that multiply it natively
+        )
     )
     assert json.loads((tmp_path / "results.json").read_text()) == json.loads(json.dumps(results))
     assert results["checkpoint"] == str(checkpoint) and results["step"] == 7
@@ -666,7 +670,13 @@ def test_mismatched_tokenizer_is_refused(shared_data, checkpoint, tokenizer, tmp
     other.save(str(tmp_path / "other.json"))
     with pytest.raises(ValueError, match="does not match the tokenizer_hash"):
         run_eval(
-            checkpoint, ["copa"], data_dir=shared_data / "eval", limit=2, tokenizer=tmp_path / "other.json"
+            EvalSpec(
+                checkpoint,
+                ["copa"],
+                data_dir=shared_data / "eval",
+                limit=2,
+                tokenizer=tmp_path / "other.json",
+            )
         )
     bad = tmp_path / "bad"
     save_model(
@@ -678,7 +688,7 @@ def test_mismatched_tokenizer_is_refused(shared_data, checkpoint, tokenizer, tmp
     (bad / "tokenizer.json").write_text(tokenizer.to_str())  # the file no longer matches the recorded hash
     mark_complete(bad)  # its digest recorded afterwards: the tokenizer-hash check itself must catch it
     with pytest.raises(ValueError, match="refusing to use it"):
-        run_eval(bad, ["copa"], data_dir=shared_data / "eval", limit=2)
+        run_eval(EvalSpec(bad, ["copa"], data_dir=shared_data / "eval", limit=2))
 
 
 def test_cli_prints_table_and_reports_errors(shared_data, checkpoint, tmp_path, capsys):
@@ -710,9 +720,9 @@ def test_validation_refuses_a_dataset_of_another_tokenizer(checkpoint, tokenizer
     manifest = json.loads((tmp_path / "data/manifest.json").read_text())
     (tmp_path / "data/manifest.json").write_text(json.dumps({**manifest, "tokenizer_hash": "0" * 64}))
     with pytest.raises(ValueError, match="validation needs the same tokenizer"):
-        run_eval(checkpoint, ["validation"], val_data=tmp_path / "data")
+        run_eval(EvalSpec(checkpoint, ["validation"], val_data=tmp_path / "data"))
     with pytest.raises(ValueError, match="--val-data"):
-        run_eval(checkpoint, ["validation"])
+        run_eval(EvalSpec(checkpoint, ["validation"]))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -737,11 +747,15 @@ def test_unwritable_outputs_are_refused_before_any_work(shared_data, checkpoint,
     with pytest.raises(
         FileNotFoundError, match=r"--out \S+missing/dir/r\.json: directory \S+missing/dir does"
     ):
-        run_eval(checkpoint, ["copa"], out=tmp_path / "missing/dir/r.json", **common)
+        run_eval(EvalSpec(checkpoint, ["copa"], out=tmp_path / "missing/dir/r.json", **common))
     with pytest.raises(ValueError, match=r"--examples-out \S+: is a directory"):
-        run_eval(checkpoint, ["copa"], examples_out=tmp_path, **common)
+        run_eval(EvalSpec(checkpoint, ["copa"], examples_out=tmp_path, **common))
     with pytest.raises(ValueError, match=r"--examples-out and --out are the same file"):
-        run_eval(checkpoint, ["copa"], out=tmp_path / "a.json", examples_out=tmp_path / "a.json", **common)
+        run_eval(
+            EvalSpec(
+                checkpoint, ["copa"], out=tmp_path / "a.json", examples_out=tmp_path / "a.json", **common
+            )
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -750,7 +764,7 @@ def test_limit_zero_is_an_error_everywhere(checkpoint, limit, capsys):
     from tablefree.evaluate.tasks import parse_limit
 
     with pytest.raises(ValueError, match="limit must be a positive number of documents"):
-        run_eval(checkpoint, ["copa"], limit=limit)
+        run_eval(EvalSpec(checkpoint, ["copa"], limit=limit))
     with pytest.raises(ValueError, match=r"leave it out .* for the full sets"):
         parse_limit(str(limit))
     with pytest.raises(SystemExit):
@@ -795,14 +809,14 @@ def test_a_continuation_longer_than_the_context_is_found_before_scoring(
     scored = []
     monkeypatch.setattr(evaluator, "loglikelihoods", lambda *a, **k: scored.append(1))
     with pytest.raises(ValueError) as error:
-        run_eval(checkpoint, ["copa", "lambada"], data_dir=root, out=tmp_path / "r.json")
+        run_eval(EvalSpec(checkpoint, ["copa", "lambada"], data_dir=root, out=tmp_path / "r.json"))
     message = str(error.value)
     assert message.startswith(f"{path}:3: lambada document 2 has a continuation of {length} tokens")
     assert f"context of {MAX_LEN} tokens" in message and "max_seq_len" in message and "--limit 2" in message
     assert scored == [] and not (tmp_path / "r.json").exists()
     # the documents before it fit
     monkeypatch.undo()
-    results = run_eval(checkpoint, ["lambada"], data_dir=root, limit=2, bootstrap_iters=10)
+    results = run_eval(EvalSpec(checkpoint, ["lambada"], data_dir=root, limit=2, bootstrap_iters=10))
     assert results["tasks"]["lambada"]["n"] == 2
 
 
@@ -822,18 +836,22 @@ def test_each_finished_task_is_written_before_the_next_one_runs(
     out, examples = tmp_path / "r.json", tmp_path / "ex.jsonl"
     with pytest.raises(KeyboardInterrupt):
         run_eval(
-            checkpoint,
-            ["copa", "arc_easy"],
-            data_dir=shared_data / "eval",
-            limit=3,
-            out=out,
-            examples_out=examples,
+            EvalSpec(
+                checkpoint,
+                ["copa", "arc_easy"],
+                data_dir=shared_data / "eval",
+                limit=3,
+                out=out,
+                examples_out=examples,
+            )
         )
     partial = json.loads(out.read_text())
     assert set(partial["tasks"]) == {"copa"} and partial["pending"] == ["arc_easy"]
     assert [json.loads(line)["task"] for line in examples.read_text().splitlines()] == ["copa"] * 3
     monkeypatch.setattr(evaluator, "score_task", real)
-    final = run_eval(checkpoint, ["copa", "arc_easy"], data_dir=shared_data / "eval", limit=3, out=out)
+    final = run_eval(
+        EvalSpec(checkpoint, ["copa", "arc_easy"], data_dir=shared_data / "eval", limit=3, out=out)
+    )
     assert "pending" not in json.loads(out.read_text()) and set(final["tasks"]) == {"copa", "arc_easy"}
 
 

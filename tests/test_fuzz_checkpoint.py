@@ -393,19 +393,21 @@ READERS = ("eval", "export", "generate")
 
 def read_with(reader: str, target: Path, data_dir: Path, out: Path) -> None:
     """One reader's Python API, as its CLI verb calls it."""
-    from tablefree.evaluate.evaluator import run_eval
+    from tablefree.evaluate import EvalSpec, run_eval
     from tablefree.export import export_hf
-    from tablefree.generate import generate
+    from tablefree.generate import GenerateSpec, generate
 
     if reader == "eval":
-        run_eval(target, ["validation"], val_data=data_dir, limit=1, batch_size=1, dtype="fp32")
+        run_eval(EvalSpec(target, ["validation"], val_data=data_dir, limit=1, batch_size=1, dtype="fp32"))
     elif reader == "export":
         export_hf(target, out / "export")
     else:
         from tablefree.data.tokenizer import load_tokenizer
 
         model, directory = load_model(target)
-        generate(model, load_tokenizer(directory / "tokenizer.json"), "a", max_new_tokens=1, seed=0)
+        generate(
+            model, load_tokenizer(directory / "tokenizer.json"), GenerateSpec("a", max_new_tokens=1, seed=0)
+        )
 
 
 def cli(reader: str, target: Path, data_dir: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:

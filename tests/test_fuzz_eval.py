@@ -25,7 +25,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tablefree.evaluate.evaluator import encode_task, prepare_task
-from tablefree.evaluate.tasks import TASKS, Task
+from tablefree.evaluate.task_record import Task
+from tablefree.evaluate.tasks import TASKS
 
 SEED = 12
 VARIANTS_PER_MUTATION = 5  # x 10 tasks x 10 mutations = 500 variants

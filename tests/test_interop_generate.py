@@ -10,7 +10,7 @@ import torch
 from interop_support import make_checkpoint, make_tokenizer
 from tablefree.cli import main
 from tablefree.data.tokenizer import load_tokenizer
-from tablefree.generate import TextStream, filter_logits, generate, generate_tokens
+from tablefree.generate import GenerateSpec, TextStream, filter_logits, generate, generate_tokens
 from tablefree.model_config import ModelConfig
 
 CONFIG = ModelConfig(vocab_size=320, d_model=48, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, max_seq_len=24)
@@ -108,11 +108,11 @@ def test_stream_prints_whole_characters(tokenizer_path):
 def test_generate_streams_what_it_returns_and_cuts_stop_strings(model, tokenizer_path):
     tokenizer = load_tokenizer(tokenizer_path)
     pieces: list[str] = []
-    text = generate(model, tokenizer, "The model", 25, temperature=0, stream=pieces.append)
+    text = generate(model, tokenizer, GenerateSpec("The model", 25, temperature=0), stream=pieces.append)
     assert text and "".join(pieces) == text
     stop = text[len(text) // 2 : len(text) // 2 + 2]
     out = io.StringIO()
-    cut = generate(model, tokenizer, "The model", 25, temperature=0, stop=[stop], stream=out)
+    cut = generate(model, tokenizer, GenerateSpec("The model", 25, temperature=0, stop=[stop]), stream=out)
     assert cut == text[: text.find(stop)]
     assert out.getvalue() == cut  # the stop string was never printed
 
@@ -122,7 +122,7 @@ def test_cli_generate_streams_the_greedy_continuation(checkpoint, model, tokeniz
         ["generate", str(checkpoint), "--prompt", "Export", "--max-new-tokens", "12", "--temperature", "0"]
     )
     assert code == 0
-    expected = generate(model, load_tokenizer(tokenizer_path), "Export", 12, temperature=0)
+    expected = generate(model, load_tokenizer(tokenizer_path), GenerateSpec("Export", 12, temperature=0))
     assert capsys.readouterr().out == "Export" + expected + "\n"
 
 
@@ -155,7 +155,7 @@ def test_cli_refuses_a_negative_temperature_before_any_output(checkpoint, capsys
 def test_cli_error_during_generation_starts_on_its_own_line(checkpoint, capsys, monkeypatch):
     import tablefree.generate
 
-    def fails_midway(model, tokenizer, prompt, *args, stream, **kwargs):
+    def fails_midway(model, tokenizer, spec, *, stream):
         stream(" and then")
         raise ValueError("something went wrong")
 

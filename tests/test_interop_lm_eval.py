@@ -30,7 +30,7 @@ from tablefree.checkpoint.model_dir import read_model_config  # noqa: E402
 from tablefree.cli import main  # noqa: E402
 from tablefree.data.tokenizer import load_tokenizer  # noqa: E402
 from tablefree.device import resolve_device  # noqa: E402
-from tablefree.evaluate import run_eval  # noqa: E402
+from tablefree.evaluate import EvalSpec, run_eval  # noqa: E402
 from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval, write_local_tasks  # noqa: E402
 from tablefree.export import export_hf  # noqa: E402
 from tablefree.model_config import ModelConfig, from_dict  # noqa: E402
@@ -118,14 +118,16 @@ def _lm_eval(
 def _tablefree_eval(checkpoint: Path, data_dir: Path, tasks: list[str], limit: int, scratch: Path) -> dict:
     """The same, from ``run_eval`` and its per-example records."""
     examples = scratch / "examples.jsonl"
-    ours = run_eval(  # fp32 like the other two scorers: `auto` is bf16 on CPUs with fast native bf16
-        checkpoint,
-        tasks,
-        data_dir=data_dir,
-        limit=limit,
-        examples_out=examples,
-        bootstrap_iters=0,
-        dtype="fp32",
+    ours = run_eval(
+        EvalSpec(  # fp32 like the other two scorers: `auto` is bf16 on CPUs with fast native bf16
+            checkpoint,
+            tasks,
+            data_dir=data_dir,
+            limit=limit,
+            examples_out=examples,
+            bootstrap_iters=0,
+            dtype="fp32",
+        )
     )
     records = [json.loads(line) for line in examples.read_text().splitlines()]
     per_task = {}

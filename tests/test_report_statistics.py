@@ -227,7 +227,7 @@ def test_gap_figure_gives_each_budget_its_colour_legend_entry_and_band() -> None
 def test_predict_at_is_answered_with_the_fit_or_its_refusal() -> None:
     """#35: `report --predict-at 17B,100B` on a sweep whose fit is refused printed nothing about the request."""
     from tablefree.report.scaling_markdown import predict_at_answer
-    from tablefree.scaling import Observation, scaling_report
+    from tablefree.scaling import Observation, ScalingReportSpec, scaling_report
 
     rows = [
         Observation(name, s, float(d), 5.0 + 0.3 * (name == "canonical") - 0.1 * i + 0.01 * s)
@@ -235,7 +235,7 @@ def test_predict_at_is_answered_with_the_fit_or_its_refusal() -> None:
         for s in range(3)
         for i, d in enumerate([1e6, 2e6, 4e6])
     ]
-    fits = scaling_report(rows, predict_at=[17e9, 100e9], n_boot=20)
+    fits = scaling_report(rows, ScalingReportSpec(predict_at=[17e9, 100e9], n_boot=20))
     report = {"statistics": {"fitted_curves": [{"fits": fits}]}}
     (line,) = predict_at_answer(report, [17e9, 100e9])
     assert line.startswith("Predictions at 17B, 100B tokens: none, the fit is refused: a fit needs 5 or more")

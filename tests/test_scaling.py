@@ -176,7 +176,9 @@ def test_no_crossing_before_the_horizon_is_null_with_a_reason_and_strict_json():
         Observation(o.interface, o.seed, o.tokens, o.loss + (0.5 if o.interface == "canonical" else 0.0))
         for o in study(np.random.default_rng(1))
     ]
-    report = scaling.scaling_report(rows, predict_at=[1e8], n_boot=50, horizon=1e10)
+    report = scaling.scaling_report(
+        rows, scaling.ScalingReportSpec(predict_at=[1e8], n_boot=50, horizon=1e10)
+    )
     text = json.dumps(report, allow_nan=False)  # strict JSON: no NaN, no Infinity
     pair = report["tokens"][0]["pairs"][0]
     parity = pair["parity"]
@@ -193,7 +195,7 @@ def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
     rows = study(None, params=1e6) + [
         Observation(o.interface, o.seed, o.tokens, o.loss - 0.1, 2e6) for o in study(None)
     ]
-    report = scaling.scaling_report(rows, n_boot=20)
+    report = scaling.scaling_report(rows, scaling.ScalingReportSpec(n_boot=20))
     assert [g["params"] for g in report["tokens"]] == [1e6, 2e6]
     assert all(g["refused"] is None for g in report["tokens"])
     assert report["params"] and all("5 or more model sizes" in g["refused"] for g in report["params"])
@@ -223,7 +225,7 @@ def test_size_fit_over_parameters_at_fixed_tokens_per_parameter():
         for s in range(3)
         for n in sizes
     ]
-    report = scaling.scaling_report(rows, n_boot=20)
+    report = scaling.scaling_report(rows, scaling.ScalingReportSpec(n_boot=20))
     (group,) = report["params"]
     assert group["tokens_per_param"] == pytest.approx(20, rel=0.01) and group["refused"] is None
     assert group["x"] == "params"
@@ -321,7 +323,7 @@ def test_measured_changes_between_budgets_need_no_fit():
     (first, *_) = scaling.measured_changes(two_seeds)["steps"]
     assert first["reading"] == "not resolved with 2 seeds" and first["low"] < first["change"] < first["high"]
     short = [o for o in study(np.random.default_rng(6)) if o.tokens <= BUDGETS[1]]
-    report = scaling.scaling_report(short, n_boot=20)
+    report = scaling.scaling_report(short, scaling.ScalingReportSpec(n_boot=20))
     (group,) = report["tokens"]
     assert group["refused"] and len(group["measured"]["steps"]) == 1
     assert report["sentences"][0].startswith("From 500k to 1M tokens (separate runs, paired by seed)")
@@ -379,7 +381,7 @@ def test_figures_draw_the_loss_and_the_gap_of_every_fit(tmp_path):
     from tablefree.report.scaling_figures import draw_scaling_figures
 
     rows = study(np.random.default_rng(2))
-    report = scaling.scaling_report(rows, predict_at=[64e6], n_boot=30)
+    report = scaling.scaling_report(rows, scaling.ScalingReportSpec(predict_at=[64e6], n_boot=30))
     figures = draw_scaling_figures(report, rows, tmp_path)
     assert [f["path"] for f in figures] == [
         "figures/scaling_loss_tokens.png",
@@ -472,7 +474,9 @@ def test_fit_window_starts_past_the_unigram_plateau_and_says_so_without_a_baseli
 def test_report_fits_on_the_window_refuses_too_few_budgets_and_recomputes_from_its_arguments():
     rows = study(np.random.default_rng(1), seeds=3)
     level = float(np.mean([o.loss for o in rows if o.tokens == BUDGETS[0]])) + 0.01  # the smallest on it
-    report = scaling.scaling_report(rows, pairs=[("learned", "canonical")], n_boot=20, unigram=level)
+    report = scaling.scaling_report(
+        rows, scaling.ScalingReportSpec(pairs=[("learned", "canonical")], n_boot=20, unigram=level)
+    )
     (group,) = report["tokens"]
     assert group["fit_window"]["budgets"] == list(BUDGETS[1:])
     assert group["refused"] == f"a fit needs 5 or more budgets, got 4 ({', '.join(map(human, BUDGETS[1:]))})"
@@ -482,7 +486,7 @@ def test_report_fits_on_the_window_refuses_too_few_budgets_and_recomputes_from_i
     power, offset = forms["expanding_backtests"]
     assert [w["budgets"] for w in power["windows"]] == [3]
     assert offset["refused"].startswith("the offset power law (L = E + B·(D + D0)^(−β)) needs 4 budgets")
-    again = scaling.scaling_report(rows, **report["arguments"])
+    again = scaling.scaling_report(rows, scaling.ScalingReportSpec(**report["arguments"]))
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(report))
 
 

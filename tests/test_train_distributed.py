@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from tablefree.checkpoint import layout
 from tablefree.checkpoint.layout import MODEL_FILE, SHARDED_DIR, is_sharded
 from tablefree.checkpoint.model_dir import consolidate, load_model
+from tablefree.train.faults import KILL_AFTER_STEP_ENV
 from tablefree.train.parallelize import free_port
-from tablefree.train.trainer import KILL_AFTER_STEP_ENV
 from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tablefree.checkpoint import layout, training
-from tablefree.train.trainer import KILL_AFTER_STEP_ENV
+from tablefree.train.faults import KILL_AFTER_STEP_ENV
 from train_helpers import cli_env, make_dataset, micro_config, train_command, train_losses, write_config
 
 pytestmark = pytest.mark.slow

@@ -7,6 +7,7 @@ says whether a mistake came from the file or from the command line.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import types
@@ -199,8 +200,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     name given to a section sets its ``name`` and keeps its other fields (``model.interface=affine``), and an
     override inside a section given by name keeps that name (``model.interface.seed=3``), in any order.
     """
-    import copy
-
     result = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:

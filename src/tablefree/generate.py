@@ -8,13 +8,14 @@ what the model was trained on), so cached and uncached generation give the same 
 Text is streamed by incremental detokenisation: a piece is released only once it decodes to complete
 characters, so a multi-byte character split across byte-level tokens prints whole.
 
-Python API: ``generate(model, tokenizer, prompt, ...)`` (text) and ``generate_tokens(model, ids, ...)`` (ids).
+Python API: ``generate(model, tokenizer, GenerateSpec(prompt, ...))`` (text) and ``generate_tokens(model, ids, ...)`` (ids).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 import torch
@@ -142,29 +143,48 @@ class TextStream:
         return text[len(before) :]
 
 
+@dataclass(frozen=True)
+class GenerateSpec:
+    """What to generate: ``prompt`` (text, or token ids; an empty one starts a new document at
+    ``<|endoftext|>``), up to ``max_new_tokens``, greedy when ``temperature == 0`` (a negative one is refused),
+    else sampled under ``top_k`` / ``top_p`` with ``seed``; ending at ``<|endoftext|>`` (``stop_at_eot``) or at
+    the first of the ``stop`` strings, which is cut off, as lm-eval's ``until``. ``use_cache=False`` recomputes
+    the window for every token. Checked when built (``check_sampling``)."""
+
+    prompt: str | Sequence[int]
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: Sequence[str] = ()
+    stop_at_eot: bool = True
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        check_sampling(self.max_new_tokens, self.temperature, self.top_k, self.top_p)
+
+
 def generate(
     model: torch.nn.Module,
     tokenizer,
-    prompt: str | Sequence[int],
-    max_new_tokens: int = 128,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
+    spec: GenerateSpec,
     *,
     stream: TextIO | Callable[[str], object] | None = None,
-    stop: Sequence[str] = (),
-    stop_at_eot: bool = True,
-    use_cache: bool = True,
 ) -> str:
-    """Continue ``prompt`` (text, or token ids) and return the new text (without the prompt).
+    """Continue ``spec.prompt`` and return the new text (without the prompt); ``GenerateSpec`` says how.
 
-    ``tokenizer`` is a ``tokenizers.Tokenizer``. ``temperature == 0`` is greedy (a negative one is refused).
-    ``stream`` (a text file such as ``sys.stdout``, or a callable) receives the text as it is produced.
-    Generation ends after
-    ``max_new_tokens``, at ``<|endoftext|>`` (``stop_at_eot``), or at the first of the ``stop`` strings, which
-    is cut off, as lm-eval's ``until``. An empty prompt starts a new document (``<|endoftext|>``).
+    ``tokenizer`` is a ``tokenizers.Tokenizer``. ``stream`` (a text file such as ``sys.stdout``, or a callable)
+    receives the text as it is produced.
     """
+    prompt, max_new_tokens, temperature, top_k, top_p = (
+        spec.prompt,
+        spec.max_new_tokens,
+        spec.temperature,
+        spec.top_k,
+        spec.top_p,
+    )
+    seed, stop, stop_at_eot, use_cache = spec.seed, spec.stop, spec.stop_at_eot, spec.use_cache
     write = _writer(stream)
     eot = _eot_or_none(tokenizer)
     prompt_ids = list(tokenizer.encode(prompt).ids if isinstance(prompt, str) else prompt)

@@ -9,7 +9,7 @@ Two ideas, one module each:
 * **effective embeddings** (``embeddings``): E_ℓ(t), the state after layer ℓ for token t alone, compared with a
   reference model's learned table (``linear_cka``, debiased, with its permutation null ``cka_null``, ``frequency_r2``, ``nearest_neighbours``, ``knn_overlap``).
 
-``run_analysis`` does both for a checkpoint and writes ``analysis.json``, ``analysis.md`` and figures;
+``run_analysis(AnalyzeSpec(checkpoint, ...))`` does both for a checkpoint and writes ``analysis.json``, ``analysis.md`` and figures;
 ``analysis_markdown`` renders a result as a markdown section for other reports (``tablefree compare``).
 """
 
@@ -19,9 +19,11 @@ from tablefree.analysis.mlp import MLPProbeSettings, fit_mlp
 from tablefree.analysis.probes import code_sets, fit_types, probe_code_bits, random_labels
 from tablefree.analysis.render import analysis_markdown, write_analysis
 from tablefree.analysis.run import run_analysis
+from tablefree.analysis.spec import AnalyzeSpec
 from tablefree.analysis.states import effective_embeddings, layer_states
 
 __all__ = [
+    "AnalyzeSpec",
     "MLPProbeSettings",
     "RidgeAccumulator",
     "analysis_markdown",

@@ -25,6 +25,7 @@ from tablefree.analysis.linear import cka_null, linear_cka
 from tablefree.analysis.mlp import MLPProbeSettings
 from tablefree.analysis.probes import DEFAULT_PROBE_RIDGE, code_sets, probe_code_bits, random_labels
 from tablefree.analysis.render import ANALYSIS_JSON, write_analysis
+from tablefree.analysis.spec import AnalyzeSpec
 from tablefree.analysis.states import effective_embeddings, layer_names
 from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
 from tablefree.checkpoint.model_dir import load_model
@@ -33,7 +34,6 @@ from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
 from tablefree.fileio import read_json
 from tablefree.model import TablefreeLM, build_model
 
-DEFAULT_POSITIONS = 16_384  # positions of held-out text for the bit probes (fit + score)
 FIT_FRACTION = 0.75  # split="positions": 3/4 of the windows fit the probes, the other 1/4 score them
 METHOD_VERSION = 2  # 2: type-disjoint probes with controls, debiased CKA with its null (issue 21)
 CKA_PERMUTATIONS = 50  # row shuffles per CKA value for its null (the 95th percentile of 50)
@@ -43,43 +43,29 @@ KNN_K = 10  # neighbours compared per token in knn_overlap
 KNN_QUERIES = 2_000  # the most frequent tokens whose neighbourhoods knn_overlap compares
 
 
-def run_analysis(
-    checkpoint: str | Path,
-    reference: str | Path | None = None,
-    data: str | Path | None = None,
-    out: str | Path | None = None,
-    *,
-    tokenizer: str | Path | None = None,
-    positions: int = DEFAULT_POSITIONS,
-    words: list[str] | tuple[str, ...] | None = None,
-    embedding_tokens: int | None = None,
-    device: str = "cpu",
-    batch_size: int = 8,
-    log: Callable[[str], None] | None = None,
-    split: str = "types",
-    verify: bool = True,
-    mlp_probe: bool = False,
-) -> dict[str, Any]:
-    """Analyse ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory); returns the analysis dict.
+def run_analysis(spec: AnalyzeSpec, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Analyse ``spec.checkpoint`` (``AnalyzeSpec`` says what each field means); returns the analysis dict.
+    ``log`` receives a line per stage.
 
-    ``reference``: a checkpoint with the same tokenizer (normally the ``learned`` model of the same seed) for
-    CKA and neighbours; ``data``: a prepared dataset (default: the one the checkpoint was trained on, from its
-    meta.json) whose ``val`` split feeds the probes and whose ``train`` split gives token frequencies;
-    ``out``: write analysis.json, analysis.md and figures/ into this directory; ``positions``: held-out
-    positions for the probes; ``words``: probe words for the neighbour lists (those that are one token);
-    ``embedding_tokens``: limit the effective embeddings to that many of the most frequent tokens (memory is
-    (L + 1)·n·d floats per model; None: every token seen in training); ``split``: the probes' fit/score
-    split, ``types`` (type-disjoint, the default) or ``positions``; ``mlp_probe``: also fit the MLP probe (one
-    hidden ReLU layer, ``MLPProbeSettings()``), which can read XORs of code bits that the linear probe cannot,
-    under ``result["mlp_probes"]``. Every probe is reported beside its controls: the untrained model of the same
-    interface and seed (built from the checkpoint's config and the seed in its meta.json) and random per-type
-    labels."""
+    Every probe is reported beside its controls: the untrained model of the same interface and seed (built from
+    the checkpoint's config and the seed in its meta.json) and random per-type labels."""
+    checkpoint, reference, data, out, tokenizer = (
+        spec.checkpoint,
+        spec.reference,
+        spec.data,
+        spec.out,
+        spec.tokenizer,
+    )
+    positions, words, embedding_tokens, device, batch_size = (
+        spec.positions,
+        spec.words,
+        spec.embedding_tokens,
+        spec.device,
+        spec.batch_size,
+    )
+    split, verify, mlp_probe = spec.split, spec.verify, spec.mlp_probe
     started = time.perf_counter()
     say = log or (lambda _message: None)
-    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
-        raise ValueError(f"positions must be a positive number of token positions, got {positions!r}")
-    if embedding_tokens is not None and (isinstance(embedding_tokens, bool) or embedding_tokens < 20):
-        raise ValueError(f"embedding_tokens must be at least 20 (or None for all), got {embedding_tokens!r}")
     out_dir = check_out_dir(out) if out is not None else None
     model, directory = load_model(checkpoint, device, verify=verify)
     data_dir = dataset_of(directory, data)

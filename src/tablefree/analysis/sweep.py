@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tablefree import stats
-from tablefree.analysis.run import DEFAULT_POSITIONS, KNN_K, METHOD_VERSION, run_analysis
+from tablefree.analysis.run import KNN_K, METHOD_VERSION, run_analysis
+from tablefree.analysis.spec import DEFAULT_POSITIONS, AnalyzeSpec
 from tablefree.checkpoint.layout import resolve_checkpoint
 from tablefree.fileio import read_json
 
@@ -66,7 +67,7 @@ def analyze_runs(
             continue
         log(f"[analysis] {run.name}" + (f" against {reference.name}" if reference else ""))
         try:
-            run_analysis(
+            spec = AnalyzeSpec(
                 run.directory,
                 reference=reference.directory if reference else None,
                 data=(getattr(run, "recipe", None) or {}).get("data", {}).get("dir"),
@@ -75,6 +76,7 @@ def analyze_runs(
                 positions=positions,
                 mlp_probe=mlp_probe,
             )
+            run_analysis(spec)
             outcome[run.name] = "done"
         except Exception as error:  # reported and recorded; the sweep goes on
             log(f"[analysis] {run.name}: FAILED ({type(error).__name__}: {error})")

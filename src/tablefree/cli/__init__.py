@@ -5,6 +5,13 @@ Conventions shared by every verb (README "Command-line conventions"): ``KEY=VALU
 anywhere on the command line of a verb that takes them; lists are comma-separated (``--tasks a,b``,
 ``--seeds 0,1``); errors are one line, ``tablefree VERB: error: ...``, with exit status 1 (2 for usage); a full
 disk too ("no space left on MOUNT while writing FILE").
+
+Why some verbs import inside their function: every verb module is imported to build ``tablefree --help``, so an
+import at a verb module's top is paid by every command. Imports that cost start-up time only one verb needs
+stay inside that verb's function: the trainer's (torch.distributed, through ``tablefree.train.resume``), the
+lm-eval adapter (an optional dependency), the SLURM executor (submitit) and the report (docs/benchmarks.md,
+"Command-line start-up", has the measurements). Modules that ``--help`` loads anyway gain nothing inside a
+function.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from tablefree.analysis.embeddings import DEFAULT_PROBE_WORDS
-from tablefree.analysis.run import DEFAULT_POSITIONS, run_analysis
+from tablefree.analysis.run import run_analysis
+from tablefree.analysis.spec import DEFAULT_POSITIONS, AnalyzeSpec
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -19,9 +20,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "compare the effective embeddings E_l(t) (the state after layer l for token t alone) with a reference "
         "model's learned table: linear CKA, log-frequency R², nearest neighbours. Writes analysis.json, "
         "analysis.md and figures/*.png into --out (see docs/analysis.md). Python API: "
-        "tablefree.analysis.run_analysis(checkpoint, reference=..., data=..., out=..., positions=..., words=..., "
-        "device=..., split=..., mlp_probe=...). With --frequency-bands, instead: the validation loss of the "
-        "checkpoint against --reference split by the training-split frequency of the input and of the target "
+        "tablefree.analysis.run_analysis(AnalyzeSpec(checkpoint, reference=..., data=..., out=..., positions=..., "
+        "words=..., device=..., split=..., mlp_probe=...)). With --frequency-bands, instead: the validation loss of "
+        "the checkpoint against --reference split by the training-split frequency of the input and of the target "
         "token (frequency_bands.json and .md; Python API: "
         "tablefree.analysis.frequency_bands.frequency_band_analysis(checkpoint, reference, data=..., out=...)).",
     )
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if args.frequency_bands:  # its own directory: the probes' is replaced whole and refuses other files
         return run_frequency_bands(args, args.out or str(Path(args.checkpoint) / "frequency-bands"))
     out = args.out if args.out is not None else str(Path(args.checkpoint) / "analysis")
-    result = run_analysis(
+    spec = AnalyzeSpec(
         args.checkpoint,
         reference=args.reference,
         data=args.data,
@@ -153,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
         embedding_tokens=args.embedding_tokens,
         device=args.device,
         batch_size=args.batch_size,
-        log=print,
         split=args.split,
         verify=not args.no_verify,
         mlp_probe=args.mlp_probe,
     )
+    result = run_analysis(spec, log=print)
     for key, kind in (("probes", "linear"), ("mlp_probes", "MLP")):
         for name, code_set in result.get(key, {}).get("code_sets", {}).items():
             accuracies = ", ".join(f"{100 * a:.1f}%" for a in code_set["mean_accuracy"])

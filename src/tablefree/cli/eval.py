@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from tablefree.evaluate.evaluator import VALIDATION, format_results, run_eval
+from tablefree.evaluate.spec import DEFAULT_TASKS, EvalSpec
 from tablefree.evaluate.tasks import TASK_ALIASES, TASKS, parse_limit
 
 
@@ -15,17 +16,18 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="zero-shot HellaSwag, PIQA, LAMBADA, ... and validation bits per byte, scored as lm-eval does",
         description="Score a checkpoint on zero-shot tasks with lm-evaluation-harness 0.4 semantics, and/or "
         "compute val_loss, val_ppl and bits_per_byte on a prepared dataset's val split. "
-        "Python API: tablefree.evaluate.run_eval(checkpoint, tasks, data_dir=..., limit=..., batch_size=..., "
-        "device=..., examples_out=..., val_data=...).",
+        "Python API: tablefree.evaluate.run_eval(EvalSpec(checkpoint, tasks, data_dir=..., limit=..., "
+        "batch_size=..., device=..., examples_out=..., val_data=...)).",
     )
     parser.add_argument(
         "checkpoint", help="checkpoint directory, run directory, or directory of step_* checkpoints"
     )
     parser.add_argument(
         "--tasks",
-        default="hellaswag,piqa,lambada",
+        default=",".join(DEFAULT_TASKS),
         help=f"comma-separated, from {', '.join(TASKS)}, {VALIDATION}; or 'all' (aliases: "
-        f"{', '.join(TASK_ALIASES)}) (default: %(default)s)",
+        f"{', '.join(TASK_ALIASES)}); or a task file of your own, path/to/task.yaml (docs/evaluation.md, "
+        "'Adding a task') (default: %(default)s)",
     )
     parser.add_argument(
         "--limit",
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if tasks == ["all"]:
         tasks = list(TASKS) + ([VALIDATION] if args.val_data else [])
-    results = run_eval(
+    spec = EvalSpec(
         args.checkpoint,
         tasks,
         data_dir=args.eval_data,
@@ -102,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         verify=not args.no_verify,
     )
+    results = run_eval(spec)
     print(f"checkpoint: {results['checkpoint']}")
     print(format_results(results))
     if args.out:

@@ -57,7 +57,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="generate text from a checkpoint (KV cache, streamed)",
         description="Continue a prompt with a KV cache, streaming the text to the terminal. Temperature 0 is "
         "greedy decoding (top-k and top-p then change nothing). Python API: tablefree.generate.generate(model, "
-        "tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, seed).",
+        "tokenizer, GenerateSpec(prompt, max_new_tokens, temperature=..., top_k=..., top_p=..., seed=...)).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     gen.add_argument("checkpoint", help="checkpoint dir, run dir, or dir of step_* checkpoints (newest)")
@@ -192,9 +192,16 @@ def run_import(args: argparse.Namespace) -> int:
 def run_generate(args: argparse.Namespace) -> int:
     from tablefree.checkpoint.model_dir import load_model
     from tablefree.checkpoint.tokenizer import checked_tokenizer
-    from tablefree.generate import check_sampling, generate, print_stream
+    from tablefree.generate import GenerateSpec, generate, print_stream
 
-    check_sampling(args.max_new_tokens, args.temperature, args.top_k, args.top_p)  # before any work
+    spec = GenerateSpec(  # checked here, before any work
+        args.prompt,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
     if is_hf_export(args.checkpoint):
         raise FileNotFoundError(
             f"{args.checkpoint} is a Hugging Face model folder, not a tablefree checkpoint: convert it with "
@@ -206,17 +213,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if not args.no_echo:
         print_stream(args.prompt)
     try:
-        generate(
-            model,
-            tokenizer,
-            args.prompt,
-            args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            stream=print_stream,
-        )
+        generate(model, tokenizer, spec, stream=print_stream)
     finally:
         print()  # end the streamed line, also before an error message
     return 0

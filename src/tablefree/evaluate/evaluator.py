@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,12 @@ from tablefree.checkpoint.layout import META_FILE
 from tablefree.checkpoint.model_dir import load_model
 from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.cpu_memory import keep_freed_memory
+from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import encode_pairs, loglikelihoods
 from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
-from tablefree.evaluate.tasks import (
-    TASKS,
-    Doc,
-    DocRequests,
-    Task,
-    build_requests,
-    check_task_files,
-    eval_data_dir,
-    load_docs,
-    parse_task_names,
-    task_files,
-)
+from tablefree.evaluate.spec import EvalSpec
+from tablefree.evaluate.task_record import Doc, DocRequests, Task, build_requests
+from tablefree.evaluate.tasks import check_task_files, eval_data_dir, load_docs, parse_tasks, task_files
 from tablefree.evaluate.validation import format_coverage, validation_metrics
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
 from tablefree.precision import choose_precision
@@ -40,59 +31,43 @@ VALIDATION = "validation"
 LM_EVAL_SEMANTICS = "lm-evaluation-harness 0.4.13"
 
 
-def run_eval(
-    checkpoint: str | Path,
-    tasks: Sequence[str],
-    data_dir: str | Path | None = None,
-    limit: int | None = None,
-    batch_size: int = 32,
-    device: str = "cpu",
-    examples_out: str | Path | None = None,
-    val_data: str | Path | None = None,
-    *,
-    tokenizer: str | Path | None = None,
-    bootstrap_iters: int = 100_000,
-    out: str | Path | None = None,
-    progress: bool = False,
-    dtype: str = "auto",
-    verify: bool = True,
-) -> dict[str, Any]:
-    """Evaluate ``checkpoint`` (a checkpoint, run or ``step_*`` parent directory) on ``tasks``.
-
-    ``tasks`` are names from ``tablefree.evaluate.TASKS`` (or their aliases, e.g. ``lambada_openai``), ``all``,
-    and/or ``"validation"`` (needs ``val_data``, a prepared dataset directory). ``limit`` takes the first N
-    documents of each task (windows for validation); None means the full sets, and 0 is refused. The
-    checkpoint's tokenizer is used, or ``tokenizer`` if given; either must hash to the ``tokenizer_hash`` in the
-    checkpoint's meta.json. Returns the results dict; ``out`` writes it as JSON and ``examples_out`` the
-    per-example records as JSONL, both atomically and again after each finished task (a partial results file
-    lists the tasks still to do under ``"pending"``).
-
-    ``dtype`` (auto | fp32 | bf16) is the forward pass's precision, decided as training's ``precision``
-    (``tablefree.precision.choose_precision``): ``auto`` is bf16 autocast only where the device
-    multiplies bf16 natively and measurably faster. The results record the choice and why.
+def run_eval(spec: EvalSpec) -> dict[str, Any]:
+    """Evaluate ``spec.checkpoint`` on ``spec.tasks`` (``EvalSpec`` says what each field means); returns the
+    results dict, which ``spec.out`` also writes as JSON (a partial results file lists the tasks still to do
+    under ``"pending"``).
 
     Everything that can be checked before scoring is checked first: task names, the limit, that the output
     paths can be written, that every data file is present (all missing files in one error), every benchmark
     record that will be scored (the first ``limit`` of each file; PIQA's labels must still match its records line
     for line), and that every continuation fits the model's context (naming the file and line of any that does
-    not).
+    not). The results record the precision chosen and why.
     """
-    names = parse_task_names(tasks, extra=(VALIDATION,))
+    checkpoint, tasks, data_dir, limit, batch_size = (
+        spec.checkpoint,
+        spec.tasks,
+        spec.data_dir,
+        spec.limit,
+        spec.batch_size,
+    )
+    device, examples_out, val_data, tokenizer, out = (
+        spec.device,
+        spec.examples_out,
+        spec.val_data,
+        spec.tokenizer,
+        spec.out,
+    )
+    bootstrap_iters, progress, dtype, verify = spec.bootstrap_iters, spec.progress, spec.dtype, spec.verify
+    selected = parse_tasks(tasks, extra=(VALIDATION,))
+    names = [item if isinstance(item, str) else item.name for item in selected]
     if VALIDATION in names and val_data is None:
         raise ValueError(
             "the validation task needs a prepared dataset directory (val_data=DIR / --val-data DIR)"
         )
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(
-            f"limit must be a positive number of documents, got {limit!r}; leave it out for the full sets"
-        )
     check_output_paths(out=out, examples_out=examples_out)
-    benchmarks = [TASKS[name] for name in names if name != VALIDATION]
+    benchmarks = [item for item in selected if not isinstance(item, str)]
     check_task_files(benchmarks, data_dir)  # every missing file at once, before the model is loaded
     prepared = {task.name: prepare_task(task, data_dir, limit) for task in benchmarks}
 
-    if dtype not in ("auto", "fp32", "bf16"):
-        raise ValueError(f"dtype: expected auto, fp32 or bf16, got {dtype!r}")
     model, directory = load_model(checkpoint, device, verify=verify)
     dtype_choice = choose_precision(dtype, next(model.parameters()).device)
     memory_choice = keep_freed_memory(next(model.parameters()).device)  # process-wide (tablefree.cpu_memory)
@@ -313,8 +288,6 @@ def evaluate_task(
 
 def prefix_token_id(tokenizer) -> int:
     """The token lm-eval conditions on when a context is empty: EOT."""
-    from tablefree.data.tokenizer import eot_id
-
     return eot_id(tokenizer)
 
 

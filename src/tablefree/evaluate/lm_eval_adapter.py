@@ -41,7 +41,7 @@ from tablefree.data.tokenizer import eot_id
 from tablefree.evaluate.engine import loglikelihoods
 from tablefree.evaluate.tasks import TASKS, check_task_files, load_docs, parse_task_names
 from tablefree.fileio import write_text_atomic
-from tablefree.generate import generate
+from tablefree.generate import GenerateSpec, generate
 
 logger = logging.getLogger(__name__)
 MODEL_NAME = "tablefree"
@@ -185,9 +185,7 @@ class TablefreeLMEval(TemplateLM):
                 raise ValueError(
                     f"max_gen_toks ({max_gen_toks}) must be less than the model's context ({self.max_length})"
                 )
-            text = generate(
-                self.model,
-                self.tokenizer,
+            spec = GenerateSpec(
                 self.tok_encode(context)[-max_context:] or [self.prefix_token_id],
                 max_gen_toks,
                 temperature=float(kwargs.get("temperature", 0.0)) if kwargs.get("do_sample") else 0.0,
@@ -196,6 +194,7 @@ class TablefreeLMEval(TemplateLM):
                 seed=self.seed,
                 stop=[s for s in until if s != eos],
             )
+            text = generate(self.model, self.tokenizer, spec)
             outputs.append(text)
             self.cache_hook.add_partial("generate_until", (context, gen_kwargs), text)
         return outputs

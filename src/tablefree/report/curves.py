@@ -50,14 +50,14 @@ def fitted_curves(
         pairs = comparison.interface_pairs(
             [i for i in interfaces if any(o.interface == i for o in observations)], controls
         )
-        fits = scaling.scaling_report(
-            observations,
+        spec = scaling.ScalingReportSpec(
             pairs=pairs,
             predict_at=predict,
             n_boot=min(n_boot, scaling.DEFAULT_BOOTSTRAP),
             unigram=baseline["val_loss"] if baseline else None,
             unigram_unavailable=None if baseline else comparison.baseline_unavailable(here),
         )
+        fits = scaling.scaling_report(observations, spec)
         entries.append(
             {
                 "points": names,

@@ -11,7 +11,7 @@ The parts, each with its own job:
 - ``backtests``: a fit refitted without its largest budgets against what was measured there;
 - ``analysis``: one fit with everything it derives (gaps, slopes, parity, the check against its points);
 - ``sentences``: what a fit says, in words;
-- ``report``: all of it for a set of observations as strict JSON (``scaling_report``).
+- ``report``: all of it for a set of observations as strict JSON (``scaling_report(observations, ScalingReportSpec(...))``).
 """
 
 from tablefree.scaling.analysis import DEFAULT_HORIZON, analyse
@@ -30,7 +30,7 @@ from tablefree.scaling.observations import (
     groups_by_tokens_per_param,
     observations_from_dicts,
 )
-from tablefree.scaling.report import scaling_report
+from tablefree.scaling.report import ScalingReportSpec, scaling_report
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -44,6 +44,7 @@ __all__ = [
     "Design",
     "Observation",
     "PowerLaw",
+    "ScalingReportSpec",
     "analyse",
     "check_design",
     "fit_power_law",

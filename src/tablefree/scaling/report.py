@@ -4,6 +4,7 @@ tokens, per tokens-per-parameter ratio the fit against parameters, refusals with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tablefree import stats
 from tablefree.fileio import strict_json
@@ -18,19 +19,38 @@ from tablefree.scaling.window import PLATEAU_MARGIN, fit_window, window_sentence
 from tablefree.units import human
 
 
-def scaling_report(
-    observations: Sequence[Observation],
-    pairs: Sequence[tuple[str, str]] | None = None,
-    predict_at: Sequence[float] = (),
-    horizon: float = DEFAULT_HORIZON,
-    params_horizon: float = DEFAULT_HORIZON,
-    n_boot: int = DEFAULT_BOOTSTRAP,
-    seed: int = stats.DEFAULT_SEED,
-    confidence: float = 0.95,
-    unigram: float | None = None,
-    unigram_unavailable: str | None = None,
-    plateau_margin: float = PLATEAU_MARGIN,
-) -> dict:
+@dataclass(frozen=True)
+class ScalingReportSpec:
+    """How to fit and report a set of observations. ``pairs``: the (a, b) interface pairs whose gap is followed
+    (None: every pair); ``predict_at``: token budgets to predict the gaps at (the largest budget run always is
+    one); ``horizon`` / ``params_horizon``: how far the parity search looks, in tokens and in parameters;
+    ``n_boot`` seed resamples with RNG ``seed``, ``confidence`` of the intervals; ``unigram``: the unigram
+    baseline in nats/token that places the fit window past the plateau (``unigram_unavailable`` says why it is
+    missing), ``plateau_margin``: how far past it. The report records these as its ``arguments``, and
+    ``scaling_report(observations, ScalingReportSpec(**report["arguments"]))`` recomputes it bit for bit."""
+
+    pairs: Sequence[tuple[str, str]] | None = None
+    predict_at: Sequence[float] = ()
+    horizon: float = DEFAULT_HORIZON
+    params_horizon: float = DEFAULT_HORIZON
+    n_boot: int = DEFAULT_BOOTSTRAP
+    seed: int = stats.DEFAULT_SEED
+    confidence: float = 0.95
+    unigram: float | None = None
+    unigram_unavailable: str | None = None
+    plateau_margin: float = PLATEAU_MARGIN
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence: expected a level between 0 and 1, got {self.confidence!r}")
+        if isinstance(self.n_boot, bool) or not isinstance(self.n_boot, int) or self.n_boot < 1:
+            raise ValueError(f"n_boot: expected a positive number of resamples, got {self.n_boot!r}")
+        for name in ("horizon", "params_horizon"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: expected a positive size, got {getattr(self, name)!r}")
+
+
+def scaling_report(observations: Sequence[Observation], spec: ScalingReportSpec | None = None) -> dict:
     """Everything, as strict-JSON-ready data: per model size the fit against tokens (``analyse``), and where
     the runs have several sizes, per tokens-per-parameter ratio the fit against parameters; a design too short
     for a fit is recorded with the reason (``refused``) instead. ``predict_at`` are token budgets to predict
@@ -43,6 +63,16 @@ def scaling_report(
     ``unigram_unavailable`` saying why); ``token_ratio`` (``token_ratio.token_ratio``, no fit, every budget);
     and ``forms``, the second functional form and the expanding-window backtests of both forms
     (``analysis.form_checks``) on the fit window."""
+    spec = spec or ScalingReportSpec()
+    pairs, predict_at, horizon, params_horizon, n_boot = (
+        spec.pairs,
+        spec.predict_at,
+        spec.horizon,
+        spec.params_horizon,
+        spec.n_boot,
+    )
+    seed, confidence, plateau_margin = spec.seed, spec.confidence, spec.plateau_margin
+    unigram, unigram_unavailable = spec.unigram, spec.unigram_unavailable
     kwargs = {"pairs": pairs, "n_boot": n_boot, "seed": seed, "confidence": confidence}
     sizes = sorted({o.params for o in observations}, key=lambda p: (p is not None, p or 0.0))
     by_tokens = []
@@ -119,7 +149,7 @@ def scaling_report(
                 f"{PER_SEED_BELOW} seeds from each seed's own refit and a t interval on S − 1 df; against tokens, on the budgets of the fit window, with a second form "
                 "L = E + B·(D + D0)^(−β) and expanding-window backtests of both"
             ),
-            # what this call was given besides the observations: `scaling_report(observations, **arguments)`
+            # the spec this call was given: `scaling_report(observations, ScalingReportSpec(**arguments))`
             # recomputes the whole report from its shipped observations, bit for bit
             "arguments": {
                 "pairs": None if pairs is None else [list(pair) for pair in pairs],

@@ -40,7 +40,7 @@ class DatasetSpec:
 
 
 @dataclass
-class EvalSpec:
+class EvalSection:
     tasks: list[str] = field(default_factory=lambda: ["validation"])  # "validation" and/or benchmark names
     data_dir: str | None = None  # benchmark files; None: $TABLEFREE_EVAL_DATA, then ~/.cache/tablefree/eval
     limit: int | None = None  # first N documents per benchmark (None: the full sets)
@@ -188,7 +188,7 @@ class CompareConfig:
     # comparing with the controls only keeps Holm's family to the questions asked.
     baselines: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    eval: EvalSpec = field(default_factory=EvalSpec)
+    eval: EvalSection = field(default_factory=EvalSection)
     grid: GridSpec = field(default_factory=GridSpec)
     # Recipe overrides for one interface only, e.g. {canonical: {optim: {lr: 4e-3}}}: each interface at the rate
     # a learning-rate check chose for it. The report says which runs used them.

@@ -1,5 +1,5 @@
-"""The sweep's plan, built once from its config: every run (grid point, interface, seed) with its recipe and that
-recipe parsed as a ``TrainConfig``, in the order the runs train, and for a branched budget grid the trunk each
+"""The sweep's plan, built once from its config: every run (grid point, interface, seed) with its recipe parsed
+once as a ``TrainConfig``, in the order the runs train, and for a branched budget grid the trunk each
 shorter budget starts from (``branch_budgets``). Both executors (``tablefree.sweep.local``,
 ``tablefree.sweep.slurm``) run this plan; ``check_sweep`` checks it whole before anything trains."""
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tablefree.config_parsing import from_dict
+from tablefree.config_parsing import from_dict, to_dict
 from tablefree.data.loader import read_manifest, split_windows
 from tablefree.evaluate import get_task
 from tablefree.evaluate.selection import (
@@ -42,10 +42,14 @@ class RunPlan:
     interface: str
     seed: int
     directory: Path
-    recipe: dict[str, Any]  # as the run's recipe.yaml has it (under torchrun)
-    train_config: TrainConfig  # the recipe, parsed once
+    train_config: TrainConfig  # the run's recipe, parsed once; the one copy the sweep changes
     point: str = ""
     branch: Branch | None = None
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """The recipe as a dict (the run's recipe.yaml under torchrun; grouping runs by what they share)."""
+        return to_dict(self.train_config)
 
     @property
     def name(self) -> str:
@@ -73,7 +77,7 @@ def plan_runs(config: CompareConfig) -> list[RunPlan]:
                 name = run_name(interface, seed, point.name)
                 train_config = from_dict(TrainConfig, run, where=f"recipe of {name}")  # fail early, by name
                 directory = run_directory(config.out_dir, interface, seed, point.name)
-                plans.append(RunPlan(interface, seed, directory, run, train_config, point.name))
+                plans.append(RunPlan(interface, seed, directory, train_config, point.name))
     if not plans:
         raise ValueError(f"{config.name}: its grid and interfaces {config.interfaces} leave no run to train")
     return branch_budgets(plans) if config.grid.branch else plans
@@ -132,7 +136,6 @@ def branch_budgets(plans: list[RunPlan]) -> list[RunPlan]:
                 )
             points.append(start)
             run.branch = Branch(trunk.name, trunk.directory, start)
-        trunk.recipe["checkpoint_steps"] = sorted(points)
         trunk.train_config = dataclasses.replace(trunk.train_config, checkpoint_steps=sorted(points))
         ordered += [trunk, *branches]
     return ordered

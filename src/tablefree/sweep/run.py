@@ -13,12 +13,12 @@ import traceback
 from typing import Any
 
 from tablefree.checkpoint.model_dir import load_model
-from tablefree.evaluate import run_eval
+from tablefree.evaluate import EvalSpec, run_eval
 from tablefree.evaluate.selection import selection_metrics
 from tablefree.fileio import read_json, write_json_atomic, write_text_atomic
 from tablefree.rundir import RUN_FILES
 from tablefree.sweep.branching import start_branch
-from tablefree.sweep.config import CompareConfig, EvalSpec
+from tablefree.sweep.config import CompareConfig, EvalSection
 from tablefree.sweep.plan import RunPlan
 from tablefree.sweep.record import write_yaml_atomic
 from tablefree.train import trainer
@@ -112,38 +112,40 @@ def _train_with_torchrun(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
 def evaluate_run(config: CompareConfig, run: RunPlan) -> dict[str, Any]:
     """Evaluate a trained run with ``tablefree.evaluate.run_eval`` (validation and benchmarks have their own
     limits); writes ``eval.json`` and the benchmarks' per-example records, which feed the paired bootstrap."""
-    spec = config.eval
-    common = dict(
-        data_dir=spec.data_dir,
-        batch_size=spec.batch_size,
-        device=spec.device,  # load_model resolves "auto"
-        dtype=spec.dtype,
+    section = config.eval
+    common: dict[str, Any] = dict(
+        data_dir=section.data_dir,
+        batch_size=section.batch_size,
+        device=section.device,  # load_model resolves "auto"
+        dtype=section.dtype,
         val_data=run.train_config.data.dir,
         progress=sys.stderr.isatty(),
     )
-    benchmarks = [task for task in spec.tasks if task != "validation"]
+    benchmarks = [task for task in section.tasks if task != "validation"]
     results: dict[str, Any] = {"tasks": {}}
-    if "validation" in spec.tasks:
-        results = run_eval(run.directory, ["validation"], limit=spec.val_limit, **common)
+    if "validation" in section.tasks:
+        results = run_eval(EvalSpec(run.directory, ["validation"], limit=section.val_limit, **common))
     if benchmarks:
         scored = run_eval(
-            run.directory,
-            benchmarks,
-            limit=spec.limit,
-            examples_out=run.directory / RUN_FILES["examples"],
-            **common,
+            EvalSpec(
+                run.directory,
+                benchmarks,
+                limit=section.limit,
+                examples_out=run.directory / RUN_FILES["examples"],
+                **common,
+            )
         )
         results = {**scored, "tasks": {**results["tasks"], **scored["tasks"]}}
     else:
         write_text_atomic(run.directory / RUN_FILES["examples"], "")
-    results.update(limit=spec.limit, val_limit=spec.val_limit)
+    results.update(limit=section.limit, val_limit=section.val_limit)
     if run.select_every:
-        write_json_atomic(run.directory / RUN_FILES["selection"], score_selection(run, spec))
+        write_json_atomic(run.directory / RUN_FILES["selection"], score_selection(run, section))
     write_json_atomic(run.directory / RUN_FILES["eval"], results)
     return results
 
 
-def score_selection(run: RunPlan, spec: EvalSpec) -> dict[str, Any]:
+def score_selection(run: RunPlan, spec: EvalSection) -> dict[str, Any]:
     """The run's final model on the training windows it held out (``data.select_every``), cut at the recipe's
     ``seq_len`` as the trainer cut them (not the model's ``max_seq_len``, which may be longer)."""
     model, checkpoint = load_model(run.directory, device=spec.device)

@@ -14,11 +14,11 @@ from tablefree import launch
 from tablefree.fileio import read_json, try_pid_lock
 from tablefree.rundir import RUN_FILES
 from tablefree.sweep.branch_record import read_branch
-from tablefree.sweep.config import CompareConfig, EvalSpec
+from tablefree.sweep.config import CompareConfig, EvalSection
 from tablefree.sweep.plan import RunPlan
 
 
-def run_state(run: RunPlan, spec: EvalSpec) -> str:
+def run_state(run: RunPlan, spec: EvalSection) -> str:
     """``done`` (trained, and evaluated on every task with the same limit), ``trained`` or ``todo``."""
     summary = read_json(run.directory / RUN_FILES["summary"], default=None)
     if not (summary and summary.get("completed")):

@@ -97,6 +97,7 @@ class Checkpointer:
 
     def __init__(
         self,
+        *,
         run_dir: Path,
         config: TrainConfig,
         model_config: ModelConfig,

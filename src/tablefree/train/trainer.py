@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import threading
 import time
@@ -60,6 +59,7 @@ from tablefree.train.memory_plan import (
     launch_shape,
     refuse_if_too_large,
 )
+from tablefree.train.faults import StepHook, hooks_from_environment
 from tablefree.train.metrics import (
     MetricsLog,
     StepLog,
@@ -81,6 +81,7 @@ from tablefree.train.parallelize import (
 )
 from tablefree.train.recipe import ModelSpec, TrainConfig, lr_at, plan
 from tablefree.train.resume import (
+    Change,
     RunDirLock,
     check_run_dir,
     nothing_to_resume,
@@ -94,8 +95,6 @@ from tablefree.train.validate import Validator
 CONFIG_FILE = RUN_FILES["config"]
 METRICS_FILE = RUN_FILES["metrics"]
 SUMMARY_FILE = RUN_FILES["summary"]
-# Fault injection for the exact-resume test: the process SIGKILLs itself after this optimizer step.
-KILL_AFTER_STEP_ENV = "TABLEFREE_FAULT_KILL_AFTER_STEP"
 # with several processes, a stop signal is agreed on at least this often (and at every log, validation and save)
 STOP_CHECK_STEPS = 10
 
@@ -152,17 +151,56 @@ class Trainer:
     ) -> None:
         self.started = time.perf_counter()
         self.info, self.run_dir, self.device = info, run_dir, info.device
+        self.dataset = self._checked_dataset(config, resume)
+        self.config = config = self._plan(config)
+        changes = check_run_dir(run_dir, config, resume, allow_change, info)  # fresh, or the allowed changes
+        self._build_model()
+        # the components that decide when to validate, save and stop, built once
+        self.validator = Validator(self.dataset, config, self.plan, info, self.train_model, self.autocast)
+        self.checkpointer = Checkpointer(
+            run_dir=run_dir,
+            config=config,
+            model_config=self.model_config,
+            dataset=self.dataset,
+            model=self.model,
+            train_model=self.train_model,
+            optimizer=self.optimizer,
+            loader=self.train_loader,
+            run_plan=self.plan,
+            info=info,
+        )
+        self.stop = StopSignal(info.world_size, self.device)
+        self.step_hooks: list[StepHook] = hooks_from_environment()  # test-only fault injection
+        self._restore_state(resume, changes)
+        # the run's files and what it reports
+        self._write_run_files()
+        self.metrics = MetricsLog(run_dir, enabled=info.is_main)
+        self._describe()
+        self.step_log = StepLog(
+            self.metrics,
+            self.plan,
+            config.log_every,
+            self.flops_per_token,
+            self.ceiling.flops,
+            info,
+            start_step=self.state.step,
+        )
 
-        # the dataset, checked before anything is built
-        self.dataset = dataset = Dataset.open(config.data.dir)
-        verify_dataset_on_all_ranks(dataset, info)
+    def _checked_dataset(self, config: TrainConfig, resume: bool) -> Dataset:
+        """The dataset, checked on every rank before anything is built."""
+        dataset = Dataset.open(config.data.dir)
+        verify_dataset_on_all_ranks(dataset, self.info)
         if resume:  # before the model is built: a different dataset is named as such, not as a vocab_size
-            verify_dataset_matches_run(run_dir, dataset)
+            verify_dataset_matches_run(self.run_dir, dataset)
+        return dataset
 
-        # the model's shape and the run's numbers
+    def _plan(self, config: TrainConfig) -> TrainConfig:
+        """The model's shape and the run's numbers (step plan, FLOPs, precision, compile); returns the recipe
+        resolved against them."""
+        info, dataset = self.info, self.dataset
         self.model_config = config.model.build(dataset_vocab_size=dataset.vocab_size, seed=config.seed)
         self.plan = plan(config, self.model_config, info.world_size)
-        self.config = config = resolved_config(config, self.model_config, self.plan.seq_len)
+        config = resolved_config(config, self.model_config, self.plan.seq_len)
         self.breakdown = param_breakdown(self.model_config)
         self.flops_per_token = flops_per_token(self.model_config, self.plan.seq_len)
         self.precision = choose_precision(config.precision, self.device)
@@ -186,11 +224,11 @@ class Trainer:
             self.device,
             estimated_eager_s=estimate_eager_seconds(run_flops, self.ceiling.flops),
         )
+        return config
 
-        # the run directory's policy: a fresh run, or the recorded recipe with the changes allowed
-        changes = check_run_dir(run_dir, config, resume, allow_change, info)
-
-        # model, parallelism, optimizer, data
+    def _build_model(self) -> None:
+        """The model, its parallel wrapper, the optimizer, the training loader and the autocast context."""
+        config, info = self.config, self.info
         # FSDP2: built on the meta device; parallelize() materialises only this rank's shards.
         self.model = build_model(
             self.model_config, seed=config.seed, device="meta" if config.parallel == "fsdp" else self.device
@@ -205,7 +243,7 @@ class Trainer:
             seed=config.seed,
         )
         self.optimizer = build_optimizer(self.model, config)
-        self.train_loader = dataset.loader(
+        self.train_loader = self.dataset.loader(
             "train",
             self.plan.seq_len,
             config.micro_batch,
@@ -221,65 +259,40 @@ class Trainer:
             else contextlib.nullcontext()
         )
 
-        # the components that decide when to validate, save and stop, built once
-        self.validator = Validator(dataset, config, self.plan, info, self.train_model, self.autocast)
-        self.checkpointer = Checkpointer(
-            run_dir,
-            config,
-            self.model_config,
-            dataset,
-            self.model,
-            self.train_model,
-            self.optimizer,
-            self.train_loader,
-            self.plan,
-            info,
-        )
-        self.stop = StopSignal(info.world_size, self.device)
-        self.kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "0"))  # fault injection (tests)
-
-        # the state: fresh, or resumed from the newest checkpoint that loads
+    def _restore_state(self, resume: bool, changes: list[Change]) -> None:
+        """The state: fresh, or resumed from the newest checkpoint that loads; the recipe changes recorded."""
         resumed = self.checkpointer.resume() if resume else None
         self.resumed_from = resumed.checkpoint if resumed else None
         self.state = resumed.state if resumed else TrainState()
         self.state.halted = torch.zeros((), dtype=torch.bool, device=self.device)  # on_nonfinite: stop
-        if changes and info.is_main:
-            record_changes(run_dir, changes, self.state.step)
+        if changes and self.info.is_main:
+            record_changes(self.run_dir, changes, self.state.step)
         self.prior_wall_s = self.state.wall_time_s
         self.start_step = self.state.step
 
-        # the run's files and what it reports
-        self._write_run_files()
-        self.metrics = MetricsLog(run_dir, enabled=info.is_main)
-        if info.is_main:
-            describe_run(
-                config,
-                self.model_config,
-                self.plan,
-                info,
-                self.breakdown,
-                self.flops_per_token,
-                run_dir,
-                self.precision,
-                self.compile,
-                self.ceiling,
-                self.memory,
-                self.optimizer,
-            )
-            if self.resumed_from is not None:
-                print(
-                    f"resumed from {self.resumed_from} (step {self.state.step}, {self.state.tokens_seen:,} tokens)",
-                    flush=True,
-                )
-        self.step_log = StepLog(
-            self.metrics,
+    def _describe(self) -> None:
+        """The run's description on the console (main process), and where it resumed from."""
+        if not self.info.is_main:
+            return
+        describe_run(
+            self.config,
+            self.model_config,
             self.plan,
-            config.log_every,
+            self.info,
+            self.breakdown,
             self.flops_per_token,
-            self.ceiling.flops,
-            info,
-            start_step=self.state.step,
+            self.run_dir,
+            self.precision,
+            self.compile,
+            self.ceiling,
+            self.memory,
+            self.optimizer,
         )
+        if self.resumed_from is not None:
+            print(
+                f"resumed from {self.resumed_from} (step {self.state.step}, {self.state.tokens_seen:,} tokens)",
+                flush=True,
+            )
 
     def _write_run_files(self) -> None:
         """config.yaml (a resumed run keeps its recorded recipe; changes go to config_changes.json) and
@@ -314,7 +327,7 @@ class Trainer:
                         or saving
                         or self.step_log.should_log(step)
                         or self.stop.should_agree(step)
-                        or step == self.kill_after
+                        or any(hook.needs_read(step) for hook in self.step_hooks)
                     )
                     if reading:  # before anything is validated or saved: a NaN step stops here
                         self.read_steps()
@@ -329,8 +342,8 @@ class Trainer:
                         stop_reason = f"stopped by {self.stop.requested or 'a signal on another process'}"
                         self._print_stopped(stop_reason)
                         break
-                    if step == self.kill_after:
-                        os.kill(os.getpid(), signal.SIGKILL)
+                    for hook in self.step_hooks:
+                        hook.after_step(step)
 
             completed = state.step >= total_steps and stop_reason == "completed"
             if completed and not self._resumed_a_finished_run():
