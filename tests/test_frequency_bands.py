@@ -263,7 +263,7 @@ def test_analyze_frequency_bands_scores_a_checkpoint_against_its_reference(datas
 def test_a_run_evaluated_before_the_tallies_is_evaluated_again(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from tablefree.sweep.config import EvalSpec
+    from tablefree.sweep.config import EvalSection
     from tablefree.sweep.status import run_state
 
     run = SimpleNamespace(directory=tmp_path, select_every=0)
@@ -272,7 +272,7 @@ def test_a_run_evaluated_before_the_tallies_is_evaluated_again(tmp_path: Path) -
     validation = {"per_document": {}, "coverage": {}}
     results = {"tasks": {"validation": validation}, "limit": None, "val_limit": None}
     (tmp_path / "eval.json").write_text(json.dumps(results))
-    assert run_state(run, EvalSpec()) == "trained"
+    assert run_state(run, EvalSection()) == "trained"
     validation["frequency_bands"] = None  # scored on a dataset without a train split: nothing to redo
     (tmp_path / "eval.json").write_text(json.dumps(results))
-    assert run_state(run, EvalSpec()) == "done"
+    assert run_state(run, EvalSection()) == "done"

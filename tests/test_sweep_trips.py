@@ -131,7 +131,6 @@ def test_a_branch_of_a_deleted_trunk_says_the_trunk_is_gone(tmp_path: Path) -> N
         "canonical",
         0,
         tmp_path / "8steps" / "canonical-s0",
-        {},
         TrainConfig(),
         "8steps",
         Branch("32steps/canonical-s0", trunk, 6),

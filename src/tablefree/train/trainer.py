@@ -53,13 +53,13 @@ from tablefree.params import param_breakdown
 from tablefree.precision import autocast_dtype, choose_compile, choose_precision, estimate_eager_seconds
 from tablefree.rundir import RUN_FILES
 from tablefree.train.checkpoints import Checkpointer
+from tablefree.train.faults import StepHook, hooks_from_environment
 from tablefree.train.memory_plan import (
     describe_fit,
     device_memory_to_check,
     launch_shape,
     refuse_if_too_large,
 )
-from tablefree.train.faults import StepHook, hooks_from_environment
 from tablefree.train.metrics import (
     MetricsLog,
     StepLog,
