@@ -91,8 +91,12 @@ def test_the_guard_fails_unmarked_tests_over_the_limit_by_cpu_time(guarded: pyte
 
 
 def test_the_guard_is_off_at_limit_zero_and_refuses_a_negative_limit(guarded: pytest.Pytester) -> None:
-    result = guarded.runpytest_inprocess("-p", "cpu_guard", "--cpu-limit=0", "-k", "unmarked")
-    result.assert_outcomes(passed=1, deselected=5)
+    guarded.runpytest_inprocess("-p", "cpu_guard", f"--cpu-limit={LIMIT}", "-k", "unmarked").assert_outcomes(
+        failed=1, deselected=5
+    )
+    guarded.runpytest_inprocess("-p", "cpu_guard", "--cpu-limit=0", "-k", "unmarked").assert_outcomes(
+        passed=1, deselected=5
+    )
     refused = guarded.runpytest_inprocess("-p", "cpu_guard", "--cpu-limit=-1")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*--cpu-limit: expected seconds >= 0*got -1.0*"])
