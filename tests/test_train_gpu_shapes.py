@@ -28,7 +28,7 @@ PAPER = preset("paper-1.7b")
 SEQ = 128
 STEPS = 2
 # bf16 at these shapes only where a bf16 matmul runs at least this fraction of fp32's rate: natively it is
-# 0.6-4x fp32 on the CPUs measured, emulated (no avx512_bf16/AMX kernels) about 1/30 (docs/benchmarks.md)
+# 0.6-4.4x fp32 on the CPUs measured, emulated (no avx512_bf16/AMX kernels) about 1/30 (docs/benchmarks.md)
 NATIVE_BF16_MIN_RATIO = 0.25
 
 
