@@ -1,5 +1,6 @@
 # `make demo` installs tablefree into .venv and runs the embedded-default experiment.
-# `make test` installs tablefree (with its interop, slurm and dev extras) into .venv and runs the test suite (CI).
+# `make test` installs tablefree (with its interop, slurm and dev extras) into .venv and runs the test suite (CI);
+# it ends with the 15 slowest tests' times, so a test that grows is seen (docs/benchmarks.md keeps each machine's).
 # `make test-fast` runs it without the tests marked slow (end-to-end runs), for the edit-test loop.
 # TORCH picks the PyTorch build: the default is the CPU wheel; on a GPU machine use e.g. `make TORCH=torch demo`.
 VENV ?= .venv
@@ -22,7 +23,7 @@ demo: install
 	$(VENV)/bin/tablefree demo
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"

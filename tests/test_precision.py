@@ -260,15 +260,21 @@ def test_interfaces_stay_matched_under_bf16(monkeypatch, data_dir, tmp_path) -> 
 
 
 @pytest.mark.slow
-def test_interfaces_stay_matched_under_bf16_and_compile(monkeypatch, data_dir, tmp_path) -> None:
-    if not precision.compiler_available(CPU)[0]:
-        pytest.skip("torch.compile cannot run here (no C++ compiler)")
-    result = assert_matched(monkeypatch, data_dir, tmp_path, precision="bf16", compile="true")
+def test_interfaces_stay_matched_under_bf16_compile_and_checkpointing(
+    monkeypatch, data_dir, tmp_path
+) -> None:
+    """The GPU run's settings together, at small shapes so that a CPU without native bf16 runs them too (the
+    paper's shapes under them: tests/test_train_gpu_shapes.py)."""
+    available, why = precision.compiler_available(CPU)
+    if not available:
+        pytest.skip(f"torch.compile cannot run here: {why}")
+    gpu_settings = {"precision": "bf16", "compile": "true", "activation_checkpointing": "true"}
+    result = assert_matched(monkeypatch, data_dir, tmp_path, **gpu_settings)
     for name, summary in result["summaries"].items():
         assert summary["compiled"] is True and summary["precision"] == "bf16", name
     # compiled bf16 computes the same model as eager bf16 (same first-step loss to bf16 precision)
     eager = train(
-        micro_config(data_dir, budget="2 steps", precision="bf16", compile="false"), tmp_path / "eager"
+        micro_config(data_dir, budget="2 steps", **{**gpu_settings, "compile": "false"}), tmp_path / "eager"
     )
     compiled = train_losses(tmp_path / "learned")
     assert compiled[1] == pytest.approx(train_losses(tmp_path / "eager")[1], rel=0.01)
