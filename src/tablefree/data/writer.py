@@ -27,7 +27,13 @@ class SplitWriter:
     """Accumulates one split's token stream and writes it as fixed-size shards, journalling each."""
 
     def __init__(
-        self, out_dir: Path, split: str, shard_tokens: int, vocab_size: int, saved: dict | None
+        self,
+        out_dir: Path,
+        split: str,
+        shard_tokens: int,
+        vocab_size: int,
+        saved: dict | None,
+        max_tokens: int | None = None,
     ) -> None:
         self.out_dir, self.split, self.shard_tokens, self.vocab_size = (
             out_dir,
@@ -45,6 +51,13 @@ class SplitWriter:
         # The journal may hold starts of documents not yet in a shard: those are written again on resume.
         starts = [t for t in saved.get("starts") or [] if t < self.written]
         self.starts: list[int] | None = starts if split == "val" else None
+        # Where each document came from (the keyed-hash rule's validation records), one per start.
+        self.items: list[dict] = list(saved.get("items") or [])[: len(starts)]
+        # The cap (keyed-hash val): a document starting after the split holds max_tokens is left out, counted.
+        # A journal's count stands only once the split is done: before that, the re-read documents count again.
+        self.max_tokens = max_tokens
+        self.dropped: int = saved.get("dropped", 0) if self.done else 0
+        self.dropping = -1
         # The cursor after the last shard written: [document index, tokens of that document already in
         # shards, documents of this split started so far]. A resumed run continues from it.
         self.cursor: list[int] = list(saved["cursor"])
@@ -54,19 +67,27 @@ class SplitWriter:
         self.fill = 0
 
     def state(self) -> dict:
-        return {"shards": self.shards, "cursor": self.cursor, "done": self.done, "starts": self.starts}
+        state = {"shards": self.shards, "cursor": self.cursor, "done": self.done, "starts": self.starts}
+        return {**state, "items": self.items, "dropped": self.dropped} if self.split == "val" else state
 
     def wants(self, doc: int) -> bool:
         """Whether document ``doc`` (of this split) still has tokens to write."""
         return not self.done and doc >= self.resume_doc
 
-    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard) -> None:
+    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard, where: dict | None = None) -> None:
+        if first and doc != self.resume_doc and over_cap(self.written + self.fill, self.max_tokens):
+            self.dropping = doc
+            self.dropped += 1
+        if doc == self.dropping:
+            return
         if doc != self.doc:
             self.doc, self.doc_tokens = doc, 0
         if first and doc != self.resume_doc:
             self.documents += 1
             if self.starts is not None:
                 self.starts.append(self.written + self.fill)
+            if where is not None:
+                self.items.append(where)
         if doc == self.resume_doc and self.doc_tokens < self.resume_skip:
             drop = min(self.resume_skip - self.doc_tokens, len(tokens))
             self.doc_tokens += drop
@@ -105,6 +126,11 @@ class SplitWriter:
         on_shard()
 
 
+def over_cap(tokens: int, max_tokens: int | None) -> bool:
+    """Whether a document starting after ``tokens`` tokens of its split is left out by the cap."""
+    return max_tokens is not None and tokens >= max_tokens
+
+
 def _count(path: Path) -> int | None:
     """A shard's token count by its header, or None when the header is damaged."""
     try:
@@ -125,7 +151,13 @@ def valid_prefix(out_dir: Path, saved: dict) -> dict:
         return saved
     keep = saved["shards"][:good]
     cursor = keep[-1]["cursor"] if keep else [-1, 0, 0]
-    return {"shards": keep, "cursor": cursor, "done": False, "starts": saved.get("starts")}
+    return {
+        "shards": keep,
+        "cursor": cursor,
+        "done": False,
+        "starts": saved.get("starts"),
+        "items": saved.get("items"),
+    }
 
 
 def load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:

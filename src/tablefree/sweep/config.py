@@ -34,6 +34,10 @@ class DatasetSpec:
     val_fraction: float | None = None  # None: prepare_dataset's default
     val_documents: int | None = None  # None: prepare_dataset's default (at least 20 validation documents)
     val_section_chars: int | None = None  # None: prepare_dataset's default (long books held out in sections)
+    split_rule: str | None = (
+        None  # None: prepare_dataset's default ("plan"); "keyed-hash": decided per document
+    )
+    val_max_tokens: int | None = None  # None: prepare_dataset's default (keyed-hash only: the validation cap)
     gutenberg: bool = False  # strip Project Gutenberg headers and footers
     text_field: str = "text"
     workers: int | None = None

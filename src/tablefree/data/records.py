@@ -1,0 +1,142 @@
+"""One typed reader for the JSON records of data preparation: each record is a dataclass, and
+:func:`parse_record` checks a parsed JSON value against its type hints (strictly: a count is a non-negative
+integer, never a bool or a string), names the first field that is wrong and what was expected, then runs the
+record's own ``check`` for what types cannot say (a part number within its count, one start per document).
+Keys a record does not name are ignored, so a newer writer's extra fields do not stop an older reader."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tablefree.data.corpus import FileInfo
+from tablefree.data.documents import SPLITS
+from tablefree.data.sources import Junk
+from tablefree.fileio import read_json
+
+T = TypeVar("T")
+
+
+class RecordError(ValueError):
+    """A record that is not of its type; the message names the file and the field."""
+
+
+def read_record(cls: type[T], path: str | Path, advice: str) -> T:
+    """The record of type ``cls`` in JSON file ``path``; ``advice`` ends every error (what to do about it)."""
+    return parse_record(cls, read_json(path), path, advice)
+
+
+def parse_record(cls: type[T], value: object, path: str | Path, advice: str) -> T:
+    def fail(where: str, expected: str) -> typing.NoReturn:
+        raise RecordError(f"{path}: field {where or '(top level)'!r} {expected}; {advice}")
+
+    record = _parse(cls, value, "", fail)
+    check = getattr(record, "check", None)
+    if check is not None:
+        check(fail)
+    return record
+
+
+def _parse(hint: Any, value: object, where: str, fail: Callable[[str, str], typing.NoReturn]) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [option for option in typing.get_args(hint) if option is not type(None)]
+        if value is None and len(options) < len(typing.get_args(hint)):
+            return None
+        return _parse(options[0], value, where, fail)
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            fail(where, f"must be an object ({hint.__name__})")
+        hints = typing.get_type_hints(hint)
+        kwargs = {}
+        for spec in dataclasses.fields(hint):
+            name = f"{where}.{spec.name}" if where else spec.name
+            if spec.name in value:
+                kwargs[spec.name] = _parse(hints[spec.name], value[spec.name], name, fail)
+            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                fail(name, "is missing")
+        return hint(**kwargs)
+    if origin is list:
+        if not isinstance(value, list):
+            fail(where, "must be a list")
+        (item,) = typing.get_args(hint)
+        return [_parse(item, v, f"{where}[{i}]", fail) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            fail(where, "must be an object")
+        _, item = typing.get_args(hint)
+        return {k: _parse(item, v, f"{where}.{k}", fail) for k, v in value.items()}
+    if hint is int:
+        if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62):
+            fail(where, f"must be a count (a non-negative integer), not {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            fail(where, f"must be a string, not {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            fail(where, f"must be true or false, not {value!r}")
+        return value
+    return value  # Any
+
+
+@dataclass(frozen=True)
+class PartSplit:
+    """One split's token file of a part: its tokens, documents, sha256; for val also each document's start in the
+    file, its record (where its text came from) and the documents the cap left out."""
+
+    file: str
+    tokens: int
+    documents: int
+    sha256: str
+    starts: list[int] | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    """``part.json``: what a part read (its files, their scan and junk), with which settings and tokenizer, and
+    what it wrote."""
+
+    part: list[int]
+    split_rule: str
+    tokenizer_hash: str
+    settings: dict[str, Any]
+    corpus_bytes: int
+    sources: list[FileInfo]
+    junk: list[Junk]
+    splits: dict[str, PartSplit]
+
+    def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
+        if len(self.part) != 2 or not 1 <= self.part[0] <= self.part[1]:
+            fail("part", "must be [I, N] with 1 <= I <= N")
+        if set(self.splits) != set(SPLITS):
+            fail("splits", f"must hold {' and '.join(SPLITS)}")
+        for split, info in self.splits.items():
+            if "/" in info.file or info.file in ("", ".", ".."):
+                fail(f"splits.{split}.file", "must be a file name")
+            if split == "val":
+                if info.starts is None or len(info.starts) != info.documents:
+                    fail("splits.val.starts", "must give one token offset per document")
+                if any(a >= b for a, b in zip(info.starts, info.starts[1:], strict=False)) or (
+                    info.starts and (info.starts[0] != 0 or info.starts[-1] >= info.tokens)
+                ):
+                    fail("splits.val.starts", "must start at 0 and increase within the tokens")
+                if len(info.items) != info.documents:
+                    fail("splits.val.items", "must give one record per document")
+            elif info.starts is not None:
+                fail(f"splits.{split}.starts", "must be absent (only val keeps document starts)")
+
+
+PART_ADVICE = "the part is damaged or from another version: prepare it again"
+
+
+def read_part_record(path: str | Path) -> PartRecord:
+    return read_record(PartRecord, path, PART_ADVICE)
