@@ -396,7 +396,7 @@ class Corpus:
             with open_regular(source.path) as handle:
                 schema, batches = _arrow_batches(handle)
                 if self.text_field not in schema.names:  # one schema for the whole dataset: the user's choice
-                    raise CorpusError(f"{source.rel}: {_no_column(self.text_field, schema)}")
+                    raise CorpusError(f"{source.path}: {_no_column(self.text_field, schema)}")
                 for batch in batches:
                     for value in batch.column(self.text_field).to_pylist():
                         row += 1

@@ -1,0 +1,120 @@
+"""Issue 41: sources as users hold them (a `datasets` save_to_disk folder, parquet with a chosen column, jsonl,
+.gz, .zst) prepare directly and split into parts that merge to the single run byte for byte; the keyed-hash rule
+keeps nothing per document; datasets prepared with the seeded plan keep their rule named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tablefree.data.corpus import Corpus, CorpusError
+from tablefree.data.documents import KEYED_HASH_RULE, split_rule_name
+from tablefree.data.prepare import prepare_dataset
+from tablefree.data.tokenizer import train_tokenizer_from_texts
+
+
+def texts(count: int, words: int = 60) -> list[str]:
+    return [
+        " ".join(f"word{(i * 7 + j) % 97} of text {i}" for j in range(words)) + "\n" for i in range(count)
+    ]
+
+
+SETTINGS = dict(
+    split_rule="keyed-hash",
+    val_fraction=0.1,
+    shard_tokens=5_000,
+    workers=1,
+    progress=False,
+    val_max_tokens=2_000,
+)
+
+
+def merged_equals_single(
+    corpus: Path | list[Path], tokenizer: Path, tmp_path: Path, parts: int, **options
+) -> dict:
+    single = prepare_dataset(corpus, tmp_path / "single", tokenizer=tokenizer, **SETTINGS, **options)
+    for i in range(1, parts + 1):
+        prepare_dataset(
+            corpus, tmp_path / "merged", tokenizer=tokenizer, part=(i, parts), **SETTINGS, **options
+        )
+    merged = prepare_dataset(
+        corpus, tmp_path / "merged", tokenizer=tokenizer, merge=True, **SETTINGS, **options
+    )
+    for name in [p.name for p in (tmp_path / "single").iterdir()]:
+        if name != "manifest.json":
+            assert (tmp_path / "merged" / name).read_bytes() == (tmp_path / "single" / name).read_bytes(), (
+                name
+            )
+    single.pop("created"), merged.pop("created")
+    assert merged == single
+    return single
+
+
+def test_a_save_to_disk_folder_prepares_directly_and_splits_into_parts(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    documents = texts(120)
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict({"id": list(range(120)), "text": documents}).save_to_disk(folder, num_shards=3)
+    reader = Corpus(folder)
+    summary = reader.scan()
+    assert [f.file for f in summary.files] == [f"data-0000{i}-of-00003.arrow" for i in range(3)]
+    assert summary.junk == []  # dataset_info.json and state.json are the folder's metadata, not junk
+    assert list(reader.documents()) == documents
+    tokenizer = tmp_path / "tokenizer.json"
+    train_tokenizer_from_texts(documents, 300, tokenizer)
+    manifest = merged_equals_single(folder, tokenizer, tmp_path, parts=3)
+    assert manifest["corpus"]["documents"] == 120 and manifest["validation"]["documents"] >= 1
+
+
+def test_a_dataset_folder_without_the_text_column_names_the_columns_it_has(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict({"id": [1, 2], "content": ["a b c", "d e f"]}).save_to_disk(folder)
+    with pytest.raises(
+        CorpusError, match=r"no column 'text' \(its columns: 'id', 'content'; choose one with --text-field"
+    ):
+        prepare_dataset(folder, tmp_path / "out", vocab_size=300, **{**SETTINGS, "split_rule": "plan"})
+    assert list(Corpus(folder, text_field="content").documents()) == ["a b c", "d e f"]
+
+
+def test_parquet_with_a_chosen_column_jsonl_gz_and_zst_merge_to_the_single_run(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    zstandard = pytest.importorskip("zstandard")
+    documents = texts(200)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    pq.write_table(
+        pa.table({"url": ["u"] * 80, "body": documents[:80]}), corpus / "a.parquet", row_group_size=20
+    )
+    lines = [json.dumps({"body": text}) + "\n" for text in documents[80:]]
+    (corpus / "b.jsonl.gz").write_bytes(gzip.compress("".join(lines[:60]).encode()))
+    (corpus / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress("".join(lines[60:]).encode()))
+    tokenizer = tmp_path / "tokenizer.json"
+    train_tokenizer_from_texts(documents, 300, tokenizer)
+    manifest = merged_equals_single(corpus, tokenizer, tmp_path, parts=3, text_field="body")
+    assert [s["file"] for s in manifest["sources"]] == ["a.parquet", "b.jsonl.gz", "c.jsonl.zst"]
+    assert manifest["corpus"]["documents"] == 200
+
+
+def test_the_keyed_hash_rule_keeps_nothing_per_document_and_is_named(tmp_path: Path) -> None:
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(300)), encoding="utf-8")
+    reader = Corpus(corpus, lengths=False)
+    reader.scan()
+    assert reader.document_chars == []  # the plan's per-document lengths are not kept
+    manifest = prepare_dataset(corpus, tmp_path / "hash", vocab_size=300, **SETTINGS)
+    assert split_rule_name(manifest["settings"]) == KEYED_HASH_RULE == manifest["settings"]["split_rule"]
+    record = manifest["validation"]
+    assert record["rule"].startswith("keyed-hash: ") and record["max_tokens"] == 2_000
+    # the cap: the documents that started after val held 2,000 tokens are left out, and counted
+    assert record["tokens"] - record["items"][-1]["tokens"] < 2_000 <= record["tokens"]
+    assert record["dropped_documents"] > 0
+    assert manifest["splits"]["train"]["documents"] + record["documents"] + record["dropped_documents"] == 300
+    plan = prepare_dataset(corpus, tmp_path / "plan", vocab_size=300, **{**SETTINGS, "split_rule": "plan"})
+    assert plan["settings"]["split_rule"].startswith("documents: ")  # as every dataset prepared before
+    assert split_rule_name(plan["settings"]) == "plan"
+    assert "val_max_tokens" not in plan["settings"]  # the plan's settings (and fingerprints) are unchanged
