@@ -7,6 +7,7 @@ Keys a record does not name are ignored, so a newer writer's extra fields do not
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import types
 import typing
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from tablefree.data.sources import Junk
 from tablefree.fileio import read_json
 
 T = TypeVar("T")
+Signed = typing.NewType("Signed", int)  # an integer that may be -1 (a cursor before the first document)
 
 
 class RecordError(ValueError):
@@ -71,6 +73,10 @@ def _parse(hint: Any, value: object, where: str, fail: Callable[[str, str], typi
             fail(where, "must be an object")
         _, item = typing.get_args(hint)
         return {k: _parse(item, v, f"{where}.{k}", fail) for k, v in value.items()}
+    if hint is Signed:
+        if not (isinstance(value, int) and not isinstance(value, bool) and -1 <= value < 2**62):
+            fail(where, f"must be an integer of at least -1, not {value!r}")
+        return value
     if hint is int:
         if not (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62):
             fail(where, f"must be a count (a non-negative integer), not {value!r}")
@@ -125,7 +131,7 @@ class PartRecord:
             if split == "val":
                 if info.starts is None or len(info.starts) != info.documents:
                     fail("splits.val.starts", "must give one token offset per document")
-                if any(a >= b for a, b in zip(info.starts, info.starts[1:], strict=False)) or (
+                if any(a >= b for a, b in itertools.pairwise(info.starts)) or (
                     info.starts and (info.starts[0] != 0 or info.starts[-1] >= info.tokens)
                 ):
                     fail("splits.val.starts", "must start at 0 and increase within the tokens")
@@ -140,3 +146,63 @@ PART_ADVICE = "the part is damaged or from another version: prepare it again"
 
 def read_part_record(path: str | Path) -> PartRecord:
     return read_record(PartRecord, path, PART_ADVICE)
+
+
+@dataclass(frozen=True)
+class JournalShard:
+    file: str
+    tokens: int
+    sha256: str
+    cursor: list[Signed]  # [document, its tokens already in shards, documents of the split started]
+
+
+@dataclass(frozen=True)
+class JournalSplit:
+    shards: list[JournalShard]
+    cursor: list[Signed]
+    done: bool
+    starts: list[int] | None = None
+    items: list[dict[str, Any]] = field(default_factory=list)
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class Journal:
+    """``.prepare-state.json``: the shards an interrupted preparation wrote, and where each split resumes. Its
+    numbers must agree with each other: a resume from a wrong cursor would silently drop or repeat text."""
+
+    fingerprint: str
+    tokenizer_hash: str
+    splits: dict[str, JournalSplit]
+
+    def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
+        if set(self.splits) != set(SPLITS):
+            fail("splits", f"must hold {' and '.join(SPLITS)}")
+        for name, split in self.splits.items():
+            cursors = [shard.cursor for shard in split.shards]
+            for i, cursor in enumerate([split.cursor, *cursors]):
+                if len(cursor) != 3:
+                    where = f"splits.{name}.cursor" if i == 0 else f"splits.{name}.shards[{i - 1}].cursor"
+                    fail(where, "must be three integers")
+            for i, shard in enumerate(split.shards):
+                if shard.file != f"{name}_{i:06d}.bin":
+                    fail(f"splits.{name}.shards[{i}].file", f"must be {name}_{i:06d}.bin")
+            if any(a > b for a, b in itertools.pairwise(cursors)):
+                fail(f"splits.{name}.shards", "must have non-decreasing cursors")
+            if split.shards and split.cursor != cursors[-1]:
+                fail(f"splits.{name}.cursor", "must be the cursor of its last shard")
+            if not split.shards and not split.done and split.cursor != [-1, 0, 0]:
+                fail(f"splits.{name}.cursor", "must be [-1, 0, 0] before the first shard")
+            starts = split.starts
+            if starts:
+                if starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(starts)):
+                    fail(f"splits.{name}.starts", "must start at 0 and increase")
+                written = sum(shard.tokens for shard in split.shards)
+                if sum(t < written for t in starts) != (cursors[-1][2] if split.shards else 0):
+                    fail(f"splits.{name}.starts", "must count the documents its shards hold")
+
+
+JOURNAL_ADVICE = (
+    "the journal of the interrupted preparation is damaged: delete it (the shards are then prepared again) or use "
+    "--overwrite"
+)

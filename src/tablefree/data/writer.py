@@ -8,14 +8,13 @@ the earliest cursor.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from tablefree.data.documents import SPLITS
 from tablefree.data.loader import MANIFEST
+from tablefree.data.records import JOURNAL_ADVICE, Journal, parse_record
 from tablefree.data.shards import dtype_for_vocab, read_header, write_shard
 from tablefree.data.tokenizer import check_tokenizer
 from tablefree.fileio import read_json, sha256_file
@@ -169,7 +168,7 @@ def load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
             )
         return None
     state = read_json(path)
-    _check_state(state, path)
+    parse_record(Journal, state, path, JOURNAL_ADVICE)
     check_tokenizer(state["tokenizer_hash"], tok, f"the interrupted preparation in {out_dir} ({path.name})")
     if state["fingerprint"] != fingerprint:
         raise ValueError(
@@ -177,74 +176,6 @@ def load_state(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
             "or --overwrite"
         )
     return state
-
-
-def _check_state(state: object, path: Path) -> None:
-    """The journal's shape, so a damaged one is an error naming the field, not a traceback."""
-
-    def fail(name: str, expected: str) -> None:
-        raise ValueError(
-            f"{path}: field {name!r} {expected}; the journal of the interrupted preparation is damaged: "
-            "delete it (the shards are then prepared again) or use --overwrite"
-        )
-
-    def is_int(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and -1 <= value < 2**62
-
-    if not isinstance(state, dict):
-        fail("(top level)", "must be a JSON object")
-    for key in ("fingerprint", "tokenizer_hash"):
-        if not isinstance(state.get(key), str):
-            fail(key, "must be a string")
-    splits = state.get("splits")
-    if not isinstance(splits, dict) or set(splits) != set(SPLITS):
-        fail("splits", f"must hold {' and '.join(SPLITS)}")
-    for name, split in splits.items():
-        if not isinstance(split, dict):
-            fail(f"splits.{name}", "must be an object")
-        cursor = split.get("cursor")
-        if not (isinstance(cursor, list) and len(cursor) == 3 and all(map(is_int, cursor))):
-            fail(f"splits.{name}.cursor", "must be three integers")
-        if not isinstance(split.get("done"), bool):
-            fail(f"splits.{name}.done", "must be true or false")
-        starts = split.get("starts")
-        if starts is not None and not (isinstance(starts, list) and all(map(is_int, starts))):
-            fail(f"splits.{name}.starts", "must be a list of token offsets")
-        shards = split.get("shards")
-        if not isinstance(shards, list):
-            fail(f"splits.{name}.shards", "must be a list")
-        for i, shard in enumerate(shards):
-            where = f"splits.{name}.shards[{i}]"
-            if not isinstance(shard, dict):
-                fail(where, "must be an object")
-            if shard.get("file") != f"{name}_{i:06d}.bin":
-                fail(f"{where}.file", f"must be {name}_{i:06d}.bin")
-            if not is_int(shard.get("tokens")) or not isinstance(shard.get("sha256"), str):
-                fail(where, "must hold a token count and a sha256")
-            c = shard.get("cursor")
-            if not (isinstance(c, list) and len(c) == 3 and all(map(is_int, c))):
-                fail(f"{where}.cursor", "must be three integers")
-        _check_state_split(split, name, fail)
-
-
-def _check_state_split(split: dict, name: str, fail) -> None:
-    """The journal's numbers must agree with each other: a resume from a wrong cursor would silently drop or
-    repeat text."""
-    shards, cursor = split["shards"], split["cursor"]
-    cursors = [shard["cursor"] for shard in shards]
-    if any(a > b for a, b in itertools.pairwise(cursors)):
-        fail(f"splits.{name}.shards", "must have non-decreasing cursors")
-    if shards and cursor != cursors[-1]:
-        fail(f"splits.{name}.cursor", "must be the cursor of its last shard")
-    if not shards and not split["done"] and cursor != [-1, 0, 0]:
-        fail(f"splits.{name}.cursor", "must be [-1, 0, 0] before the first shard")
-    starts = split.get("starts")
-    if starts:
-        if starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(starts)):
-            fail(f"splits.{name}.starts", "must start at 0 and increase")
-        written = sum(shard["tokens"] for shard in shards)
-        if sum(t < written for t in starts) != (cursors[-1][2] if shards else 0):
-            fail(f"splits.{name}.starts", "must count the documents its shards hold")
 
 
 def clear_shards(out_dir: Path) -> None:
