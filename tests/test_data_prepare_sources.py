@@ -118,3 +118,32 @@ def test_the_keyed_hash_rule_keeps_nothing_per_document_and_is_named(tmp_path: P
     assert plan["settings"]["split_rule"].startswith("documents: ")  # as every dataset prepared before
     assert split_rule_name(plan["settings"]) == "plan"
     assert "val_max_tokens" not in plan["settings"]  # the plan's settings (and fingerprints) are unchanged
+
+
+def test_the_cli_prepares_parts_merges_them_and_says_what_it_cannot_split(capsys, tmp_path: Path) -> None:
+    from tablefree.cli import main
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for k in range(3):
+        lines = (json.dumps({"text": text}) + "\n" for text in texts(40)[k::3])
+        (corpus / f"{k}.jsonl").write_text("".join(lines), encoding="utf-8")
+    tokenizer = tmp_path / "tokenizer.json"
+    train_tokenizer_from_texts(texts(40), 300, tokenizer)
+    common = ["--out", str(tmp_path / "d"), "--tokenizer", str(tokenizer), "--workers", "1", "--no-progress"]
+    keyed = [*common, "--split-rule", "keyed-hash", "--val-fraction", "0.3", "--val-max-tokens", "700"]
+    assert main(["data", "prepare", str(corpus), *keyed, "--part", "1/4"]) != 0
+    assert (
+        "4 parts, but the corpus has 3 files and a part is a set of whole files: it allows at most 3 parts"
+        in (capsys.readouterr().err)
+    )
+    assert main(["data", "prepare", str(corpus), *common, "--part", "1/2"]) != 0
+    assert "part 1/2: parts need --split-rule keyed-hash" in capsys.readouterr().err
+    for i in (1, 2):
+        assert main(["data", "prepare", str(corpus), *keyed, "--part", f"{i}/2"]) == 0
+    assert main(["data", "merge", str(corpus), *keyed]) == 0
+    out = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    dropped = manifest["validation"]["dropped_documents"]
+    assert dropped > 0
+    assert f"the validation cap (--val-max-tokens 700) left out {dropped} more validation documents" in out

@@ -379,6 +379,8 @@ def _train_documents_note(manifest: dict) -> str:
     parts, read = _validation_parts(manifest), (manifest.get("corpus") or {}).get("documents")
     if parts is None or not isinstance(read, int):
         return ""
+    if (manifest.get("validation") or {}).get("dropped_documents"):
+        return " (besides the validation documents the cap left out: see below)"
     whole, _, long = parts
     pieces = manifest["splits"]["train"]["documents"] - (read - whole)
     return (
@@ -405,6 +407,11 @@ def validation_summary(manifest: dict, wanted: int) -> list[str]:
         lines[0] += (
             f" ({record['sections']} sections of {record['section_chars']:,} characters, "
             f"from {record['source_documents']} source documents)"
+        )
+    if record.get("dropped_documents"):
+        lines.append(
+            f"the validation cap (--val-max-tokens {record['max_tokens']:,}) left out {record['dropped_documents']:,} "
+            "more validation documents: they are in neither split"
         )
     if documents < wanted or record.get("source_documents", documents) < 2:
         lines.append(
