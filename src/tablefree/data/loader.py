@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tablefree.data.records import MANIFEST_ADVICE, Manifest, parse_record
 from tablefree.data.shards import open_shard, read_header
 from tablefree.fileio import read_json
 
@@ -36,7 +37,7 @@ def read_manifest(data_dir: str | Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: {_not_prepared_hint(data_dir)}")
     manifest = read_json(path)
-    _check_manifest(manifest, path)
+    parse_record(Manifest, manifest, path, MANIFEST_ADVICE)  # the fields every reader relies on
     return manifest
 
 
@@ -64,46 +65,6 @@ def _holds_corpus_files(directory: Path, limit: int = 1000) -> bool:
         if path.is_file() and path.suffix.lower() in suffixes:
             return True
     return False
-
-
-def _check_manifest(manifest: object, path: Path) -> None:
-    """The fields every reader relies on, with their types; an error names the field."""
-
-    def fail(field: str, expected: str) -> None:
-        raise ValueError(
-            f"{path}: field {field!r} {expected}; re-run `tablefree data prepare` (or `data adopt`)"
-        )
-
-    if not isinstance(manifest, dict):
-        fail("(top level)", "must be a JSON object")
-    splits = manifest.get("splits")
-    if not isinstance(splits, dict) or not splits:
-        fail("splits", "must map split names to their shards")
-    for name, split in splits.items():
-        if not isinstance(split, dict) or not isinstance(split.get("shards"), list):
-            fail(f"splits.{name}.shards", "must be a list")
-        for i, shard in enumerate(split["shards"]):
-            where = f"splits.{name}.shards[{i}]"
-            if not isinstance(shard, dict):
-                fail(where, "must be an object")
-            file, tokens = shard.get("file"), shard.get("tokens")
-            if not isinstance(file, str) or not file or "/" in file or "\\" in file or file.startswith("."):
-                fail(f"{where}.file", "must be a shard file name in the dataset directory")
-            if not isinstance(tokens, int) or isinstance(tokens, bool) or not 0 <= tokens < 2**40:
-                fail(f"{where}.tokens", "must be a token count")
-            if "sha256" in shard and not (isinstance(shard["sha256"], str) and len(shard["sha256"]) == 64):
-                fail(f"{where}.sha256", "must be a 64-digit hex string")
-        if "tokens" in split and split["tokens"] != sum(shard["tokens"] for shard in split["shards"]):
-            fail(
-                f"splits.{name}.tokens",
-                "must be the sum of its shards' tokens (a shard entry is missing or changed)",
-            )
-    for key in ("vocab_size", "eot_id"):
-        value = manifest.get(key)
-        if key in manifest and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            fail(key, "must be a non-negative integer")
-    if "tokenizer_hash" in manifest and not isinstance(manifest["tokenizer_hash"], str):
-        fail("tokenizer_hash", "must be a string")
 
 
 AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)

@@ -206,3 +206,49 @@ JOURNAL_ADVICE = (
     "the journal of the interrupted preparation is damaged: delete it (the shards are then prepared again) or use "
     "--overwrite"
 )
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    file: str
+    tokens: int
+    sha256: str = ""  # absent in adopted manifests before they recorded it
+
+
+@dataclass(frozen=True)
+class ManifestSplit:
+    shards: list[ShardEntry]
+    tokens: int = -1  # absent: not checked against the shards
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The fields of ``manifest.json`` every reader relies on, with their types; the rest is read where used.
+    A field that is absent takes its default; one that is present must be of its type (null included)."""
+
+    splits: dict[str, ManifestSplit]
+    vocab_size: int = -1
+    eot_id: int = -1
+    tokenizer_hash: str = ""
+
+    def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
+        if not self.splits:
+            fail("splits", "must map split names to their shards")
+        for name, split in self.splits.items():
+            for i, shard in enumerate(split.shards):
+                where = f"splits.{name}.shards[{i}]"
+                file = shard.file
+                if not file or "/" in file or "\\" in file or file.startswith("."):
+                    fail(f"{where}.file", "must be a shard file name in the dataset directory")
+                if shard.tokens >= 2**40:
+                    fail(f"{where}.tokens", "must be a token count")
+                if shard.sha256 and len(shard.sha256) != 64:
+                    fail(f"{where}.sha256", "must be a 64-digit hex string")
+            if split.tokens != -1 and split.tokens != sum(shard.tokens for shard in split.shards):
+                fail(
+                    f"splits.{name}.tokens",
+                    "must be the sum of its shards' tokens (a shard entry is missing or changed)",
+                )
+
+
+MANIFEST_ADVICE = "re-run `tablefree data prepare` (or `data adopt`)"
