@@ -60,7 +60,6 @@ from tablefree.data.documents import (
     LocalDocuments,
     validation_share,
 )
-from tablefree.data.loader import MANIFEST, read_manifest
 from tablefree.data.parts import (
     PART_FILE,
     PARTS_DIR,
@@ -72,6 +71,7 @@ from tablefree.data.parts import (
     part_file_ranges,
     part_lock,
 )
+from tablefree.data.records import MANIFEST, read_manifest
 from tablefree.data.shards import dtype_for_vocab, version_for_vocab
 from tablefree.data.tokenizer import (
     check_tokenizer,

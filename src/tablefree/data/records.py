@@ -252,3 +252,44 @@ class Manifest:
 
 
 MANIFEST_ADVICE = "re-run `tablefree data prepare` (or `data adopt`)"
+
+
+MANIFEST = "manifest.json"
+
+
+def read_manifest(data_dir: str | Path) -> dict:
+    """The dataset manifest; its presence marks a completely prepared dataset. A missing, malformed or
+    incomplete manifest is a ValueError (FileNotFoundError when missing) naming the file, line or field."""
+    data_dir = Path(data_dir)
+    path = data_dir / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: {_not_prepared_hint(data_dir)}")
+    manifest = read_json(path)
+    parse_record(Manifest, manifest, path, MANIFEST_ADVICE)  # the fields every reader relies on
+    return manifest
+
+
+def _not_prepared_hint(data_dir: Path) -> str:
+    """Why ``data_dir`` is no dataset, and the command that makes one (never into the corpus itself)."""
+    if data_dir.is_dir() and _holds_corpus_files(data_dir):
+        out = Path("data") / data_dir.name  # beside the run's other data, never inside someone's corpus
+        if out.resolve() == data_dir.resolve():
+            out = Path("data") / f"{data_dir.name}-prepared"
+        return (
+            f"{data_dir} holds raw corpus files, not a prepared dataset; prepare it into a directory of its "
+            f"own (`tablefree data prepare {data_dir} --out {out}`) and point data.dir at {out}"
+        )
+    return (
+        f"{data_dir} is not a prepared dataset (run `tablefree data prepare CORPUS --out {data_dir}`, "
+        "where CORPUS is your text files)"
+    )
+
+
+def _holds_corpus_files(directory: Path, limit: int = 1000) -> bool:
+    suffixes = {".txt", ".jsonl", ".ndjson", ".parquet", ".gz", ".zst", ".zstd"}
+    for i, path in enumerate(directory.rglob("*")):
+        if i >= limit:
+            return False
+        if path.is_file() and path.suffix.lower() in suffixes:
+            return True
+    return False

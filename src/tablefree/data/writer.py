@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from tablefree.data.loader import MANIFEST
-from tablefree.data.records import JOURNAL_ADVICE, Journal, parse_record
+from tablefree.data.records import JOURNAL_ADVICE, MANIFEST, Journal, parse_record
 from tablefree.data.shards import dtype_for_vocab, read_header, write_shard
 from tablefree.data.tokenizer import check_tokenizer
 from tablefree.fileio import read_json, sha256_file
