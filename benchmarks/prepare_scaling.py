@@ -31,6 +31,9 @@ from tablefree.data.prepare import PrepareSpec, merge_parts, prepare_part, prepa
 corpus, out, tokenizer, shard_tokens, what = sys.argv[1:6]
 spec = PrepareSpec(corpus=(corpus,), tokenizer=tokenizer, split_rule="keyed-hash", workers=1, progress=False,
                    shard_tokens=int(shard_tokens))
+if what == "startup":
+    json.dump({"tokens": 0, "bytes": 0}, sys.stdout)
+    sys.exit(0)
 if what == "single":
     result = prepare_single(spec, out)
 elif what == "merge":
@@ -84,6 +87,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="prepare-scaling-"))
     results: dict = {"load_before": os.getloadavg()[0], "runs": {}, "memory": []}
     try:
+        # A process's fixed cost (interpreter, imports): the merge's share and the projection leave it out.
+        startup = run_job(args.corpus, work / "startup", args.tokenizer, args.shard_tokens, "startup")
+        results["startup"] = startup
+        print(
+            f"startup (imports only): {startup['cpu_s']:.2f} CPU s, peak RSS {startup['peak_rss_mb']:.0f} MB"
+        )
         single = run_job(args.corpus, work / "single", args.tokenizer, args.shard_tokens, "single")
         results["single"] = single
         print(
@@ -105,10 +114,13 @@ def main() -> None:
             part_cpu = sum(p["cpu_s"] for p in parts)
             largest = max(p["cpu_s"] for p in parts)
             rate = single["tokens"] / (part_cpu + merge["cpu_s"])
+            merge_work = max(
+                merge["cpu_s"] - startup["cpu_s"], 0.0
+            )  # the merge less its process's fixed cost
             # 100B tokens on 64 cores: 64 parts at once, the largest (as unbalanced as here) setting the pace,
-            # then the merge, one process, at its rate here (its work is reading and writing the tokens once).
+            # then the merge, one process, at its per-token rate here (it reads and writes the tokens once).
             tokenize_h = 100e9 / (single["tokens"] / part_cpu) / 64 * (largest / (part_cpu / n)) / 3600
-            merge_h = 100e9 * merge["cpu_s"] / single["tokens"] / 3600
+            merge_h = 100e9 * merge_work / single["tokens"] / 3600
             row = {
                 "parts": parts,
                 "merge": merge,
@@ -117,6 +129,7 @@ def main() -> None:
                 "largest_part_over_single": largest / single["cpu_s"],
                 "balance_limit": 1.5 / n,
                 "merge_share": merge["cpu_s"] / (part_cpu + merge["cpu_s"]),
+                "merge_share_less_startup": merge_work / (part_cpu + merge["cpu_s"]),
                 "tokens_per_cpu_s": rate,
                 "projected_100b_64_cores_h": tokenize_h + merge_h,
                 "projected_merge_h": merge_h,
@@ -125,7 +138,8 @@ def main() -> None:
             print(
                 f"{n} parts: CPU {row['parts_cpu_over_single']:.3f}x the single run's, largest part "
                 f"{row['largest_part_over_single']:.3f} of it (limit 1.5/{n} = {1.5 / n:.3f}), merge "
-                f"{100 * row['merge_share']:.2f}% ({merge['cpu_s']:.2f} CPU s), {rate / 1e6:.3f}M tokens/CPU-s, "
+                f"{100 * row['merge_share']:.2f}% ({merge['cpu_s']:.2f} CPU s; "
+                f"{100 * row['merge_share_less_startup']:.2f}% less the startup), {rate / 1e6:.3f}M tokens/CPU-s, "
                 f"byte-identical: {identical}; 100B tokens on 64 cores: {tokenize_h + merge_h:.2f} h "
                 f"(merge {merge_h:.2f} h); peak RSS of a part {max(p['peak_rss_mb'] for p in parts):.0f} MB"
             )

@@ -147,3 +147,37 @@ def test_the_cli_prepares_parts_merges_them_and_says_what_it_cannot_split(capsys
     dropped = manifest["validation"]["dropped_documents"]
     assert dropped > 0
     assert f"the validation cap (--val-max-tokens 700) left out {dropped} more validation documents" in out
+
+
+@pytest.mark.parametrize("crash_after", [1, 2, 3])
+def test_an_interrupted_keyed_hash_run_resumes_to_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crash_after: int
+) -> None:
+    """The journal keeps the val records and the cap's count: a resumed run, killed before, at or after the cap,
+    gives the uninterrupted run's dataset byte for byte."""
+    from tablefree.data.writer import SplitWriter
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(300)), encoding="utf-8")
+    settings = {**SETTINGS, "vocab_size": 300, "shard_tokens": 700}
+    complete = prepare_dataset(corpus, tmp_path / "complete", **settings)
+    assert complete["validation"]["dropped_documents"] > 0 and len(complete["splits"]["val"]["shards"]) >= 3
+    original, written = SplitWriter._write, []
+
+    def crash(self, on_shard):  # killed when val has written crash_after shards: before, at and after the cap
+        if self.split == "val" and len(written) >= crash_after:
+            raise KeyboardInterrupt
+        if self.split == "val":
+            written.append(self.fill)
+        original(self, on_shard)
+
+    monkeypatch.setattr(SplitWriter, "_write", crash)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_dataset(corpus, tmp_path / "resumed", **settings)
+    monkeypatch.setattr(SplitWriter, "_write", original)
+    resumed = prepare_dataset(corpus, tmp_path / "resumed", **settings)
+    for path in (tmp_path / "complete").iterdir():
+        if path.name != "manifest.json":
+            assert (tmp_path / "resumed" / path.name).read_bytes() == path.read_bytes(), path.name
+    complete.pop("created"), resumed.pop("created")
+    assert resumed == complete
