@@ -51,19 +51,34 @@ def file_sizes(sources: Sequence[SourceFile]) -> list[int]:
 
 
 def part_file_ranges(sizes: Sequence[int], n: int) -> list[tuple[int, int]]:
-    """[first, end) file indices of each of ``n`` parts: contiguous groups of files of about equal bytes."""
+    """[first, end) file indices of each of ``n`` parts: contiguous groups of files (the stream's order) whose
+    largest is as small as contiguous groups allow (a binary search over the largest part's bytes, filling parts
+    greedily), each holding at least one file."""
     if not 1 <= n <= len(sizes):
         raise ValueError(
             f"part: {n} parts, but the corpus has {len(sizes)} files and a part is a set of whole files: "
             f"it allows at most {len(sizes)} parts"
         )
-    ends = np.cumsum(sizes)
-    cuts = [0]
-    for k in range(1, n):  # part k starts at the first file past k/n of the bytes, keeping a file per part
-        share = int(np.searchsorted(ends, k * int(ends[-1]) / n)) + 1
-        cuts.append(min(max(share, cuts[-1] + 1), len(sizes) - (n - k)))
-    cuts.append(len(sizes))
-    return list(itertools.pairwise(cuts))
+
+    def greedy(limit: int) -> list[int]:  # the cuts of parts filled up to ``limit`` bytes each
+        cuts, total = [0], 0
+        for i, size in enumerate(sizes):
+            if total + size > limit and i > cuts[-1]:
+                cuts.append(i)
+                total = 0
+            total += size
+        return cuts
+
+    low, high = max(sizes), sum(sizes)
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if len(greedy(middle)) <= n else (middle + 1, high)
+    cuts = greedy(low)
+    while len(cuts) < n:  # fewer parts than asked: split a group's last file off (the largest cannot grow)
+        bounds = [*cuts, len(sizes)]
+        k = next(k for k in range(len(cuts)) if bounds[k + 1] - bounds[k] >= 2)
+        cuts.insert(k + 1, bounds[k + 1] - 1)
+    return list(itertools.pairwise([*cuts, len(sizes)]))
 
 
 class PartWriter:
