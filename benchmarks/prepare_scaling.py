@@ -28,8 +28,8 @@ from pathlib import Path
 JOB = """
 import json, sys
 from tablefree.data.prepare import PrepareSpec, merge_parts, prepare_part, prepare_single
-corpus, out, tokenizer, shard_tokens, what = sys.argv[1:6]
-spec = PrepareSpec(corpus=(corpus,), tokenizer=tokenizer, split_rule="keyed-hash", workers=1, progress=False,
+corpus, out, tokenizer, shard_tokens, what, rule = sys.argv[1:7]
+spec = PrepareSpec(corpus=(corpus,), tokenizer=tokenizer, split_rule=rule, workers=1, progress=False,
                    shard_tokens=int(shard_tokens))
 if what == "startup":
     json.dump({"tokens": 0, "bytes": 0}, sys.stdout)
@@ -46,12 +46,14 @@ json.dump({"tokens": tokens, "bytes": sum(s["bytes"] for s in result["sources"])
 """
 
 
-def run_job(corpus: str, out: Path, tokenizer: str, shard_tokens: int, what: str) -> dict:
+def run_job(
+    corpus: str, out: Path, tokenizer: str, shard_tokens: int, what: str, rule: str = "keyed-hash"
+) -> dict:
     """One job in a child process: its wall time, CPU time and peak RSS (the kernel's rusage of that child)."""
     start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     child = subprocess.Popen(
-        [sys.executable, "-c", JOB, corpus, str(out), tokenizer, str(shard_tokens), what],
+        [sys.executable, "-c", JOB, corpus, str(out), tokenizer, str(shard_tokens), what, rule],
         stdout=subprocess.PIPE,
         env=env,
     )
@@ -81,6 +83,9 @@ def main() -> None:
     parser.add_argument("--shard-tokens", type=int, default=10_000_000)
     parser.add_argument(
         "--memory", nargs="*", default=[], help="more corpora: the single run's peak RSS on each"
+    )
+    parser.add_argument(
+        "--memory-rules", default="keyed-hash", help="split rules of the memory runs (or plan too)"
     )
     parser.add_argument("--json", help="write the results here too")
     args = parser.parse_args()
@@ -144,14 +149,15 @@ def main() -> None:
                 f"(merge {merge_h:.2f} h); peak RSS of a part {max(p['peak_rss_mb'] for p in parts):.0f} MB"
             )
             shutil.rmtree(out)
-        for corpus in args.memory:
-            job = run_job(corpus, work / "memory", args.tokenizer, args.shard_tokens, "single")
-            results["memory"].append({"corpus": corpus, **job})
-            print(
-                f"{corpus}: {job['bytes'] / 1e6:.0f} MB, {job['tokens']:,} tokens, peak RSS {job['peak_rss_mb']:.0f} MB "
-                f"({job['cpu_s']:.0f} CPU s)"
-            )
-            shutil.rmtree(work / "memory")
+        for rule in args.memory_rules.split(","):
+            for corpus in args.memory:
+                job = run_job(corpus, work / "memory", args.tokenizer, args.shard_tokens, "single", rule)
+                results["memory"].append({"corpus": corpus, "rule": rule, **job})
+                print(
+                    f"{rule} {corpus}: {job['bytes'] / 1e6:.0f} MB, {job['tokens']:,} tokens, peak RSS "
+                    f"{job['peak_rss_mb']:.0f} MB ({job['cpu_s']:.0f} CPU s)"
+                )
+                shutil.rmtree(work / "memory")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["load_after"] = os.getloadavg()[0]
