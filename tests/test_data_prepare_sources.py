@@ -181,3 +181,35 @@ def test_an_interrupted_keyed_hash_run_resumes_to_the_same_bytes(
             assert (tmp_path / "resumed" / path.name).read_bytes() == path.read_bytes(), path.name
     complete.pop("created"), resumed.pop("created")
     assert resumed == complete
+
+
+def test_a_compare_configs_dataset_block_selects_the_rule_and_the_cap(tmp_path: Path) -> None:
+    """The `dataset:` block is parsed into the same PrepareSpec the CLI builds (split_rule, val_max_tokens)."""
+    import yaml
+
+    from tablefree.compare import load_compare_config
+    from tablefree.sweep.dataset import prepare_data
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(300)), encoding="utf-8")
+    dataset = {"dir": str(tmp_path / "data"), "corpus": str(corpus), "vocab_size": 300, "val_fraction": 0.1}
+    dataset |= {"split_rule": "keyed-hash", "val_max_tokens": 2_000, "workers": 1}
+    config = {
+        "train_config": str(Path(__file__).parents[1] / "configs" / "tiny.yaml"),
+        "dataset": dataset,
+        "interfaces": ["learned", "canonical"],
+        "seeds": [0],
+        "out": str(tmp_path / "sweep"),
+    }
+    (tmp_path / "compare.yaml").write_text(yaml.safe_dump(config))
+    prepare_data(load_compare_config(tmp_path / "compare.yaml"), log=lambda line: None)
+    manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
+    assert (
+        manifest["settings"]["split_rule"] == "keyed-hash" and manifest["settings"]["val_max_tokens"] == 2_000
+    )
+    assert manifest["validation"]["dropped_documents"] > 0
+    (tmp_path / "compare.yaml").write_text(
+        yaml.safe_dump({**config, "dataset": {**dataset, "split_rule": "x"}})
+    )
+    with pytest.raises(ValueError, match=r"dataset: split_rule: expected one of keyed-hash, plan, got 'x'"):
+        load_compare_config(tmp_path / "compare.yaml")

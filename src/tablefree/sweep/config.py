@@ -16,6 +16,7 @@ from tablefree.config_parsing import (
     parse_token_budgets,
     to_dict,
 )
+from tablefree.data.documents import SPLIT_RULES
 from tablefree.interfaces import INTERFACES
 from tablefree.launch import SlurmSpec
 from tablefree.sweep.grid import GridPoint, point_name
@@ -41,6 +42,10 @@ class DatasetSpec:
     gutenberg: bool = False  # strip Project Gutenberg headers and footers
     text_field: str = "text"
     workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.split_rule is not None and self.split_rule not in SPLIT_RULES:
+            raise ValueError(f"split_rule: expected one of {', '.join(SPLIT_RULES)}, got {self.split_rule!r}")
 
 
 @dataclass
