@@ -418,6 +418,9 @@ def test_damaged_journal_or_manifest_is_an_error_naming_the_file(
     (out / STATE_FILE).write_text(
         json.dumps({"fingerprint": "x", "tokenizer_hash": "y", "splits": {"train": 1}})
     )
+    with pytest.raises(ValueError, match=r"\.prepare-state\.json: field 'splits\.train' must be an object"):
+        prepare_dataset(root, out, **kwargs)
+    (out / STATE_FILE).write_text(json.dumps({"fingerprint": "x", "tokenizer_hash": "y", "splits": {}}))
     with pytest.raises(ValueError, match=r"\.prepare-state\.json: field 'splits' must hold train and val"):
         prepare_dataset(root, out, **kwargs)
     (out / STATE_FILE).unlink()

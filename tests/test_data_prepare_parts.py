@@ -34,24 +34,64 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return directory, tokenizer
 
 
-SETTINGS = dict(val_fraction=0.1, val_documents=5, shard_tokens=20_000, workers=1, progress=False)
+# Sections of 2,000 characters: the longer topics lend one, the others go to val whole or not at all.
+SETTINGS = dict(
+    split_rule="keyed-hash",
+    val_fraction=0.1,
+    val_documents=5,
+    val_section_chars=2_000,
+    shard_tokens=20_000,
+    workers=1,
+    progress=False,
+)
 
 
 def dataset_files(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
 
 
-def test_parts_merge_to_the_single_run_byte_for_byte(corpus: tuple[Path, Path], tmp_path: Path) -> None:
+def opened_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the corpus files opened from now on (every read of a corpus file goes through open_regular)."""
+    from tablefree.data import corpus, decoding, sources
+
+    opened: list[str] = []
+
+    def recording(path: Path):
+        opened.append(Path(path).name)
+        return sources.open_regular(path)
+
+    monkeypatch.setattr(corpus, "open_regular", recording)
+    monkeypatch.setattr(decoding, "open_regular", recording)
+    return opened
+
+
+@pytest.mark.parametrize("cap", [10_000_000, 3_000])
+def test_parts_merge_to_the_single_run_byte_for_byte(
+    corpus: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cap: int
+) -> None:
+    """Issue 41: each part reads only its own files; the merge reads none; merged = single, byte for byte, with
+    validation documents whole and in sections, and with the cap leaving some out (cap 3,000 tokens)."""
     files, tokenizer = corpus
-    single = prepare_dataset(files, tmp_path / "single", tokenizer=tokenizer, **SETTINGS)
+    settings = {**SETTINGS, "val_max_tokens": cap}
+    single = prepare_dataset(files, tmp_path / "single", tokenizer=tokenizer, **settings)
     assert len(single["splits"]["train"]["shards"]) >= 3  # shards that cross the parts' boundaries
+    validation = single["validation"]
+    assert validation["sections"] >= 1 and validation["documents"] - validation["sections"] >= 1
+    assert (validation["dropped_documents"] > 0) == (cap == 3_000)
+    assert single["settings"]["split_rule"] == "keyed-hash"
     merged_dir = tmp_path / "merged"
-    records = [
-        prepare_dataset(files, merged_dir, tokenizer=tokenizer, part=(i, 3), **SETTINGS) for i in (3, 1, 2)
-    ]
-    assert sorted(len(r["files"]) for r in records) == [1, 1, 2]  # disjoint groups of files, all of them
-    assert sorted(f for r in records for f in r["files"]) == sorted(p.name for p in files.glob("*.jsonl"))
-    merged = prepare_dataset(files, merged_dir, tokenizer=tokenizer, merge=True, **SETTINGS)
+    opened = opened_files(monkeypatch)
+    records = []
+    for i in (3, 1, 2):
+        opened.clear()
+        records.append(prepare_dataset(files, merged_dir, tokenizer=tokenizer, part=(i, 3), **settings))
+        assert sorted(set(opened)) == sorted(info["file"] for info in records[-1]["sources"])  # its own only
+    names = [[info["file"] for info in r["sources"]] for r in records]
+    assert sorted(map(len, names)) == [1, 1, 2]  # disjoint groups of files, all of them
+    assert sorted(name for group in names for name in group) == sorted(p.name for p in files.glob("*.jsonl"))
+    opened.clear()
+    merged = prepare_dataset(files, merged_dir, tokenizer=tokenizer, merge=True, **settings)
+    assert opened == []  # the merge reads no corpus file
     assert not (merged_dir / PARTS_DIR).exists()
     expected, got = dataset_files(tmp_path / "single"), dataset_files(merged_dir)
     assert sorted(got) == sorted(expected)
@@ -83,8 +123,12 @@ def test_merge_refuses_missing_or_foreign_parts(corpus: tuple[Path, Path], tmp_p
     out = tmp_path / "other"
     with pytest.raises(ValueError, match=r"give the tokenizer \(--tokenizer\)"):
         prepare_dataset(files, out, part=(2, 2), **SETTINGS)
-    with pytest.raises(ValueError, match=r"5 parts, but the corpus has only 4 files"):
+    with pytest.raises(
+        ValueError, match=r"5 parts, but the corpus has 4 files .*: it allows at most 4 parts"
+    ):
         prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 5), **SETTINGS)
+    with pytest.raises(ValueError, match=r"part 1/2: parts need --split-rule keyed-hash .*'plan' rule plans"):
+        prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 2), **{**SETTINGS, "split_rule": "plan"})
 
 
 def test_every_merge_mismatch_names_the_part_the_field_and_both_values(
@@ -114,7 +158,8 @@ def test_every_merge_mismatch_names_the_part_the_field_and_both_values(
         handle.write(json.dumps({"text": "one more document"}) + "\n")
     with pytest.raises(
         ValueError,
-        match=r"part 1/2 field sources\[3\]\.bytes \(3\.jsonl\): the part's \d+, this merge's \d+; ",
+        match=r"2-of-2/part\.json: part 2/2 field sources\[0\]: the part read 3\.jsonl of ([\d,]+) bytes, this "
+        r"merge's corpus gives it 3\.jsonl of (?!\1)[\d,]+ bytes \(another corpus, or files changed since\); ",
     ):
         prepare_dataset(changed, out, tokenizer=tokenizer, merge=True, **SETTINGS)
     assert sorted(p.name for p in out.iterdir()) == [PARTS_DIR]  # each refused merge wrote nothing
@@ -129,8 +174,9 @@ def test_every_merge_mismatch_names_the_part_the_field_and_both_values(
         ),
         ("truncate", r"2-of-2/val\.tokens: part 2/2 field splits\.val\.tokens: the file holds \d+ bytes, "),
         ("delete", r"2-of-2/train\.tokens: part 2/2's train tokens are missing"),
-        ("record", r"2-of-2/part\.json: field 'splits\.val\.starts' must be a list of token offsets"),
-        ("stream", r"2-of-2/part\.json: part 2/2 field stream: its documents start at 7, the previous part "),
+        ("record", r"2-of-2/part\.json: field 'splits\.val\.starts' must be a list; the part is damaged"),
+        ("items", r"2-of-2/part\.json: field 'splits\.val\.items' must give one record per document; "),
+        ("count", r"2-of-2/part\.json: field 'splits\.train\.tokens' must be a count .*, not -1; "),
     ],
 )
 def test_a_damaged_part_is_refused_before_the_merge_writes_anything(
@@ -155,8 +201,10 @@ def test_a_damaged_part_is_refused_before_the_merge_writes_anything(
         record = json.loads((part / "part.json").read_text())
         if damage == "record":
             record["splits"]["val"]["starts"] = "0"
+        elif damage == "items":
+            record["splits"]["val"]["items"].append({"file": "2.jsonl"})
         else:
-            record["stream"][0] = 7
+            record["splits"]["train"]["tokens"] = -1
         (part / "part.json").write_text(json.dumps(record))
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     with pytest.raises(ValueError, match=message):

@@ -11,11 +11,15 @@ import sys
 from pathlib import Path
 
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
+from tablefree.data.documents import SPLIT_RULES
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
+    DEFAULT_VAL_MAX_TOKENS,
     DEFAULT_VAL_SECTION_CHARS,
     DEFAULT_VOCAB_SIZE,
+    KEYED_HASH_RULE,
+    PLAN_RULE,
 )
 
 
@@ -25,7 +29,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_corpus_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--text-field", default="text", help="JSONL field / parquet column holding the text")
+    parser.add_argument(
+        "--text-field", default="text", help="JSONL field / parquet or Arrow column holding the text"
+    )
     parser.add_argument("--strict", action="store_true", help="stop at the first junk (naming file and line)")
     parser.add_argument(
         "--strip-gutenberg",
@@ -187,6 +193,21 @@ def _add_prepare_arguments(prepare: argparse.ArgumentParser) -> None:
         default=DEFAULT_VAL_SECTION_CHARS,
         help="characters of a validation section held out of a long document (default: %(default)s, ~20k tokens)",
     )
+    prepare.add_argument(
+        "--split-rule",
+        choices=SPLIT_RULES,
+        default=PLAN_RULE,
+        help=f"how documents go to val: {PLAN_RULE} (default; a seeded plan over every document's length: the rule "
+        f"of every dataset prepared so far) or {KEYED_HASH_RULE} (each document alone, by a keyed hash of its file "
+        "and position: what --part and `data merge` need; nothing kept per document)",
+    )
+    prepare.add_argument(
+        "--val-max-tokens",
+        type=int,
+        default=DEFAULT_VAL_MAX_TOKENS,
+        help=f"{KEYED_HASH_RULE} only: validation documents that start after val holds this many tokens are left "
+        "out of both splits (default: %(default)s)",
+    )
     prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
     prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
     prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
@@ -277,7 +298,7 @@ def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from tablefree.data.prepare import HubSource, prepare_dataset
+    from tablefree.data.prepare import HubSource, PrepareSpec, merge_parts, prepare_part, prepare_single
 
     hub = None
     if args.hub:
@@ -285,14 +306,16 @@ def run_prepare(args: argparse.Namespace) -> int:
     elif not args.corpus:
         raise ValueError("give CORPUS paths, or --hub NAME")
     finished_before = (Path(args.out) / "manifest.json").exists() and not args.overwrite
-    manifest = prepare_dataset(
-        args.corpus or None,
-        args.out,
+    spec = PrepareSpec(
+        corpus=tuple(args.corpus),
+        hub=hub,
         tokenizer=args.tokenizer,
         vocab_size=args.vocab_size,
+        split_rule=args.split_rule,
         val_fraction=args.val_fraction,
         val_documents=args.val_documents,
         val_section_chars=args.val_section_chars,
+        val_max_tokens=args.val_max_tokens,
         workers=args.workers,
         shard_tokens=args.shard_tokens,
         seed=args.seed,
@@ -300,13 +323,16 @@ def run_prepare(args: argparse.Namespace) -> int:
         strict=args.strict,
         gutenberg=args.strip_gutenberg,
         max_expansion=args.max_expansion,
-        hub=hub,
         max_documents=args.max_documents,
         overwrite=args.overwrite,
         progress=not args.no_progress,
-        part=args.part,
-        merge=args.data_verb == "merge",
     )
+    if args.part is not None:
+        manifest = prepare_part(spec, args.out, args.part)
+    elif args.data_verb == "merge":
+        manifest = merge_parts(spec, args.out)
+    else:
+        manifest = prepare_single(spec, args.out)
     if args.part is not None:
         index, total = args.part
         for split, info in manifest["splits"].items():
@@ -353,6 +379,8 @@ def _train_documents_note(manifest: dict) -> str:
     parts, read = _validation_parts(manifest), (manifest.get("corpus") or {}).get("documents")
     if parts is None or not isinstance(read, int):
         return ""
+    if (manifest.get("validation") or {}).get("dropped_documents"):
+        return " (besides the validation documents the cap left out: see below)"
     whole, _, long = parts
     pieces = manifest["splits"]["train"]["documents"] - (read - whole)
     return (
@@ -379,6 +407,11 @@ def validation_summary(manifest: dict, wanted: int) -> list[str]:
         lines[0] += (
             f" ({record['sections']} sections of {record['section_chars']:,} characters, "
             f"from {record['source_documents']} source documents)"
+        )
+    if record.get("dropped_documents"):
+        lines.append(
+            f"the validation cap (--val-max-tokens {record['max_tokens']:,}) left out {record['dropped_documents']:,} "
+            "more validation documents: they are in neither split"
         )
     if documents < wanted or record.get("source_documents", documents) < 2:
         lines.append(

@@ -178,6 +178,8 @@ class Corpus:
         strict: bool = False,
         gutenberg: bool = False,
         max_expansion: float = DEFAULT_MAX_EXPANSION,
+        files: tuple[int, int] | None = None,
+        lengths: bool = True,
     ) -> None:
         if max_expansion <= 0:
             raise ValueError(f"max_expansion must be positive, got {max_expansion}")
@@ -185,9 +187,15 @@ class Corpus:
         self.text_field, self.strict, self.gutenberg = text_field, strict, gutenberg
         self.max_expansion = max_expansion
         self.sources, unsupported = list_sources(self.paths)
+        self.listed = list(self.sources)  # every corpus file, before ``files`` keeps a share of them
+        if files is not None:  # a part reads its own files; the listing's junk is the first part's to report
+            self.sources = self.sources[files[0] : files[1]]
+            unsupported = unsupported if files[0] == 0 else []
         self.summary: CorpusSummary | None = None
         self._encodings: dict[str, str | None] = {}
-        # characters of each valid document, in order (filled by scan(); the validation plan needs them)
+        # characters of each valid document, in order (filled by scan() when ``lengths``: the seeded validation
+        # plan needs them; nothing else keeps a number per document)
+        self.keep_lengths = lengths
         self.document_chars: list[int] = []
         self._pending_junk = unsupported
         for junk in unsupported:
@@ -232,7 +240,8 @@ class Corpus:
                 self._junk(item, found)
             else:
                 info.documents += 1
-                self.document_chars.append(len(item))
+                if self.keep_lengths:
+                    self.document_chars.append(len(item))
         return info
 
     def file_document_ranges(self) -> list[tuple[int, int]]:
@@ -250,6 +259,10 @@ class Corpus:
     def documents(self, start: int = 0) -> Iterator[str]:
         """The valid documents in order, from global index ``start``. Files wholly before ``start`` are not
         read. Junk is skipped (it was reported by ``scan()``; in strict mode it raises)."""
+        return (text for _, _, text in self.located_documents(start))
+
+    def located_documents(self, start: int = 0) -> Iterator[tuple[str, int, str]]:
+        """``documents(start)`` with where each comes from: (file, its valid document number in that file, text)."""
         if start and self.summary is None:
             raise RuntimeError("Corpus.scan() must run before documents(start > 0)")
         ranges = self.file_document_ranges() if self.summary is not None else None
@@ -263,13 +276,15 @@ class Corpus:
             encoding = self._encodings.get(source.rel) or self._file_encoding(source, None)
             if encoding == "junk":
                 continue
+            position = 0
             for item in self._file_documents(source, encoding):
                 if isinstance(item, Junk):
                     self._junk(item, None)
                     continue
                 if index >= start:
-                    yield item
+                    yield source.rel, position, item
                 index += 1
+                position += 1
 
     def __iter__(self) -> Iterator[str]:
         return self.documents()
@@ -282,18 +297,16 @@ class Corpus:
 
     def _file_encoding(self, source: SourceFile, found: list[Junk] | None, on_read=None) -> str:
         """The file's text encoding, or "junk" after reporting a binary, empty or unreadable file."""
-        if source.kind == "parquet":
-            encoding = "utf-8"  # parquet strings are UTF-8 by specification
+        if source.kind in ("parquet", "arrow"):
+            encoding = "utf-8"  # parquet and Arrow strings are UTF-8 by specification
             try:
-                import pyarrow.parquet as pq
-
                 with open_regular(source.path) as handle:
-                    pq.ParquetFile(handle, page_checksum_verification=True).schema_arrow  # noqa: B018 - reads and checks the footer
+                    _columnar_schema(source, handle)  # reads and checks the footer or the stream's schema
             except OSError as error:
                 self._junk(_unreadable_file(source, error), found)
                 encoding = "junk"
             except Exception as error:
-                self._junk(Junk(source.rel, None, "unreadable", f"not a parquet file ({error})"), found)
+                self._junk(Junk(source.rel, None, "unreadable", f"not a {source.kind} file ({error})"), found)
                 encoding = "junk"
             self._encodings[source.rel] = encoding
             return encoding
@@ -319,6 +332,8 @@ class Corpus:
             yield from self._txt_documents(source, encoding)
         elif source.kind == "jsonl":
             yield from self._jsonl_documents(source, encoding)
+        elif source.kind == "arrow":
+            yield from self._arrow_documents(source)
         else:
             yield from self._parquet_documents(source)
 
@@ -374,6 +389,29 @@ class Corpus:
             return Junk(file, line, "empty", f"field {self.text_field!r} holds no text")
         return text
 
+    def _arrow_documents(self, source: SourceFile) -> Iterator[str | Junk]:
+        bad = BadCharacters(source.rel)
+        row = 0
+        try:
+            with open_regular(source.path) as handle:
+                schema, batches = _arrow_batches(handle)
+                if self.text_field not in schema.names:  # one schema for the whole dataset: the user's choice
+                    raise CorpusError(f"{source.path}: {_no_column(self.text_field, schema)}")
+                for batch in batches:
+                    for value in batch.column(self.text_field).to_pylist():
+                        row += 1
+                        yield self._record_text({self.text_field: value}, source.rel, row, bad)
+        except CorpusError:
+            raise
+        except Exception as error:  # pyarrow's own errors for damaged data
+            yield Junk(
+                source.rel,
+                row + 1,
+                "unreadable",
+                f"corrupt Arrow data after row {row} ({_short(str(error))})",
+            )
+        yield from bad.summary()
+
     def _parquet_documents(self, source: SourceFile) -> Iterator[str | Junk]:
         import pyarrow.parquet as pq
 
@@ -383,7 +421,9 @@ class Corpus:
             with open_regular(source.path) as handle:
                 parquet = pq.ParquetFile(handle, page_checksum_verification=True)
                 if self.text_field not in parquet.schema_arrow.names:
-                    yield Junk(source.rel, None, "missing-field", f"no column {self.text_field!r}")
+                    yield Junk(
+                        source.rel, None, "missing-field", _no_column(self.text_field, parquet.schema_arrow)
+                    )
                     return
                 for batch in parquet.iter_batches(columns=[self.text_field], batch_size=4096):
                     for value in batch.column(0).to_pylist():
@@ -404,6 +444,32 @@ class Corpus:
                 f"corrupt parquet data after row {row} ({_short(str(error))})",
             )
         yield from bad.summary()
+
+
+def _columnar_schema(source: SourceFile, handle):
+    """The Arrow schema of a parquet file or of an Arrow IPC file (``datasets`` writes the stream format)."""
+    import pyarrow.parquet as pq
+
+    if source.kind == "parquet":
+        return pq.ParquetFile(handle, page_checksum_verification=True).schema_arrow
+    return _arrow_batches(handle)[0]
+
+
+def _arrow_batches(handle) -> tuple:
+    """(schema, record batches) of an Arrow IPC stream (what ``datasets``' save_to_disk writes) or IPC file."""
+    import pyarrow as pa
+
+    try:
+        reader = pa.ipc.open_stream(handle)
+        return reader.schema, iter(reader)
+    except pa.ArrowInvalid:
+        handle.seek(0)
+        file = pa.ipc.open_file(handle)
+        return file.schema, (file.get_batch(i) for i in range(file.num_record_batches))
+
+
+def _no_column(name: str, schema) -> str:
+    return f"no column {name!r} (its columns: {', '.join(map(repr, schema.names))}; choose one with --text-field)"
 
 
 def _named(files: list[str], limit: int = 5) -> str:

@@ -1,8 +1,16 @@
-"""Which text goes to which split: the document stream of a prepared dataset and its validation plan.
+"""Which text goes to which split: the document stream of a prepared dataset and its validation split.
 
-A local corpus (:class:`LocalDocuments`) holds out a seeded plan of whole documents and sections of long ones
-(:func:`plan_validation`); a streamed hub dataset (:class:`HubDocuments`, N unknown) hashes each document's index
-with the seed. Both give the stream of documents in a fixed order and ``split_of(i)`` for each.
+Two rules for a local corpus (``settings.split_rule`` of a manifest names which one made it):
+
+- ``keyed-hash`` (:class:`KeyedHashDocuments`): each document decides alone, from a keyed hash of its file and
+  its position in that file, whether it goes to ``val`` (whole, or one section of a long document). A part of
+  the corpus applies it without reading the rest, and nothing is kept per document.
+- ``plan`` (:class:`LocalDocuments`, the rule of every dataset prepared before the keyed hash): a seeded plan of
+  whole documents and sections of long ones over all documents' lengths (:func:`plan_validation`).
+
+A streamed hub dataset (:class:`HubDocuments`, N unknown) hashes each document's index with the seed. Each gives
+the stream of documents in a fixed order: ``stream(start)`` yields (text, split, where) from stream index
+``start``, ``where`` being the validation document's record (its file and place; None for train).
 """
 
 from __future__ import annotations
@@ -17,6 +25,13 @@ import numpy as np
 from tablefree.data.corpus import Corpus, CorpusSummary, Junk
 
 SPLITS = ("train", "val")
+PLAN_RULE = "plan"  # the seeded plan over all documents (plan_validation)
+KEYED_HASH_RULE = "keyed-hash"  # a keyed hash of each document's file and position (KeyedHashDocuments)
+SPLIT_RULES = (KEYED_HASH_RULE, PLAN_RULE)
+# The keyed-hash rule's cap on the validation split: validation documents that start after the split holds this
+# many tokens are left out of both splits. A full validation pass over 10M tokens costs about a third of training
+# on 10M tokens (forward only): 0.003% of a 100B-token run, where val_fraction 0.005 alone would hold ~500M tokens.
+DEFAULT_VAL_MAX_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -165,11 +180,16 @@ class LocalDocuments:
         n_val = self.plan.units
         total = int(self.first_unit[-1])
         self.counts = {"train": total - n_val, "val": n_val}
-        self.rule = (
+        self.rule = PLAN_RULE
+        self.description = (
             f"documents: {len(self.plan.whole)} whole, {n_val - len(self.plan.whole)} sections of "
             f"{self.plan.section_chars} characters from {len(self.plan.sections)} documents "
             f"(seeded plan, {len(self.lengths)} source documents)"
         )
+
+    def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
+        for index, text in enumerate(self.documents(start), start=start):
+            yield text, self.split_of(index), None
 
     def source_of(self, index: int) -> tuple[int, int]:
         """(source document, piece number within it) of stream document ``index``."""
@@ -229,6 +249,77 @@ class LocalDocuments:
         return items
 
 
+def split_rule_name(settings: dict) -> str:
+    """The rule a manifest's ``settings`` name: ``keyed-hash``, ``plan`` (datasets prepared before the keyed hash
+    recorded a description of their plan, "documents: ..."), or ``hub-index-hash`` (a streamed hub dataset)."""
+    rule = settings.get("split_rule")
+    if rule in SPLIT_RULES:
+        return rule
+    if isinstance(rule, str) and rule.startswith("hash:"):
+        return "hub-index-hash"
+    return PLAN_RULE
+
+
+def validation_share(val_fraction: float, val_documents: int, section_chars: int, corpus_bytes: int) -> float:
+    """The share of the text the keyed-hash rule holds out: ``val_fraction``, raised so that about
+    ``val_documents`` sections of ``section_chars`` are expected in a small corpus (at most ``VAL_MAX_SHARE``).
+    ``corpus_bytes`` is the corpus files' size on disk, which every part knows without reading a file."""
+    if val_fraction == 0 or corpus_bytes <= 0:
+        return 0.0
+    return max(val_fraction, min(VAL_MAX_SHARE, val_documents * section_chars / corpus_bytes))
+
+
+def keyed_unit(seed: int, file: str, position: int, purpose: str) -> float:
+    """A number in [0, 1) fixed by the seed, the document's file and position in it, and what it is for."""
+    message = f"{file}\0{position}\0{purpose}".encode()
+    digest = hashlib.blake2b(message, key=str(seed).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") / 2**64
+
+
+class KeyedHashDocuments:
+    """The documents of local files, each one's split decided alone (rule ``keyed-hash``): with
+    u = keyed_unit(seed, file, position), a document shorter than two sections goes to ``val`` whole when
+    u < share; a longer one gives one section of ``section_chars`` (at a keyed offset, its ends moved to line
+    starts) when u < share × length / section_chars, the text around it staying in ``train`` as two documents.
+    Each document thus holds out ``share`` of its text on average; nothing is kept per document."""
+
+    def __init__(self, corpus: Corpus, share: float, section_chars: int, seed: int) -> None:
+        self.corpus, self.share, self.section_chars, self.seed = corpus, share, section_chars, seed
+        self.snap = min(2_000, section_chars // 10)
+        self.counts = None  # not known before the stream is read
+        self.rule = KEYED_HASH_RULE
+        self.description = (
+            f"keyed-hash: blake2b keyed by the seed over (file, document position) < {share:.6g} (of the text): "
+            f"short documents whole, long ones one section of {section_chars} characters"
+        )
+
+    def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
+        index = 0
+        for file, position, text in self.corpus.located_documents():
+            for piece in self._pieces(file, position, text):
+                if index >= start:
+                    yield piece
+                index += 1
+
+    def _pieces(self, file: str, position: int, text: str) -> list[tuple[str, str, dict | None]]:
+        size, length = self.section_chars, len(text)
+        u = keyed_unit(self.seed, file, position, "split")
+        where = {"file": file, "document_in_file": position}
+        if length < 2 * size:
+            if u < self.share:
+                return [(text, "val", {**where, "whole": True, "chars": length})]
+            return [(text, "train", None)]
+        if u >= self.share * length / size:
+            return [(text, "train", None)]
+        margin = self.snap + 1
+        start = margin + int(
+            keyed_unit(self.seed, file, position, "offset") * (length - size - 2 * margin + 1)
+        )
+        a, b = _snap(text, start, self.snap), _snap(text, start + size, self.snap)
+        item = {**where, "whole": False, "planned_chars": [start, start + size]}
+        return [(text[:a], "train", None), (text[a:b], "val", item), (text[b:], "train", None)]
+
+
 class HubDocuments:
     """Documents streamed through ``datasets``; the split of document i hashes (seed, i)."""
 
@@ -239,11 +330,15 @@ class HubDocuments:
         self.val_fraction, self.seed, self.max_documents = val_fraction, seed, max_documents
         self.counts = None
         self.junk: list[Junk] = []
-        self.rule = "hash: blake2b(seed:index) / 2^64 < val_fraction"
+        self.rule = self.description = "hash: blake2b(seed:index) / 2^64 < val_fraction"
 
     def split_of(self, index: int) -> str:
         digest = hashlib.blake2b(f"{self.seed}:{index}".encode(), digest_size=8).digest()
         return "val" if int.from_bytes(digest, "little") < self.val_fraction * 2**64 else "train"
+
+    def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
+        for index, text in enumerate(self.documents(start), start=start):
+            yield text, self.split_of(index), None
 
     def documents(self, start: int) -> Iterator[str]:
         try:

@@ -13,9 +13,12 @@ plan (seeded; for a streamed hub dataset, each document's index hashed with the 
 stream is cut into shards of exactly ``shard_tokens`` tokens (the last one shorter), so shard boundaries depend
 only on the inputs and settings.
 
-The jobs, one module each: the split plan (``documents.py``), tokenizing in worker processes
-(``tokenizing.py``), shards and the resume journal (``writer.py``), preparing across jobs (``parts.py``); this
-module runs them in order and writes the manifest.
+What is asked is one typed :class:`PrepareSpec`, checked once (from ``prepare_dataset``'s arguments, the CLI's
+flags or a compare config's ``dataset:`` block); a single run (:func:`prepare_single`), a part
+(:func:`prepare_part`) and a merge (:func:`merge_parts`) are three functions over it. The jobs, one module each:
+which text goes to which split (``documents.py``), tokenizing in worker processes (``tokenizing.py``), shards and
+the resume journal (``writer.py``), the parts' files and checks (``parts.py``), the parts' records (``records.py``);
+this module runs them in order and writes the manifest.
 
 Interruption and resume: every shard is written atomically, and after each one a small journal
 (``.prepare-state.json``) records it with its sha256 and the resume cursor of its split (the document and the
@@ -33,26 +36,42 @@ import itertools
 import json
 import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from tablefree.data.corpus import Corpus
+from tablefree.data.corpus import Corpus, CorpusSummary
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.data.documents import (
     DEFAULT_VAL_DOCUMENTS,
+    DEFAULT_VAL_MAX_TOKENS,
     DEFAULT_VAL_SECTION_CHARS,
+    KEYED_HASH_RULE,
     MIN_VAL_SECTION_CHARS,
+    PLAN_RULE,
+    SPLIT_RULES,
     SPLITS,
     HubDocuments,
     HubSource,
+    KeyedHashDocuments,
     LocalDocuments,
+    validation_share,
 )
-from tablefree.data.loader import MANIFEST, read_manifest
-from tablefree.data.parts import PARTS_DIR, checked_parts, merge_parts, prepare_part
+from tablefree.data.parts import (
+    PART_FILE,
+    PARTS_DIR,
+    PartWriter,
+    checked_parts,
+    feed_parts,
+    file_sizes,
+    part_dir,
+    part_file_ranges,
+    part_lock,
+)
+from tablefree.data.records import MANIFEST, read_manifest
 from tablefree.data.shards import dtype_for_vocab, version_for_vocab
 from tablefree.data.tokenizer import (
     check_tokenizer,
@@ -77,14 +96,21 @@ from tablefree.fileio import sha256_file, write_json_atomic
 __all__ = [  # the Python API of `data prepare`, `data merge` and `data adopt` (docs/data.md)
     "DEFAULT_SHARD_TOKENS",
     "DEFAULT_VAL_DOCUMENTS",
+    "DEFAULT_VAL_MAX_TOKENS",
     "DEFAULT_VAL_SECTION_CHARS",
     "DEFAULT_VOCAB_SIZE",
+    "KEYED_HASH_RULE",
     "PARTS_DIR",
+    "PLAN_RULE",
     "STATE_FILE",
     "TOKENIZER_FILE",
     "HubSource",
+    "PrepareSpec",
     "adopt_shards",
+    "merge_parts",
     "prepare_dataset",
+    "prepare_part",
+    "prepare_single",
     "verify_dataset_tokenizer",
 ]
 
@@ -92,6 +118,110 @@ MANIFEST_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SHARD_TOKENS = 100_000_000  # as llm.c's and modded-nanogpt's FineWeb shards
 DEFAULT_VOCAB_SIZE = 32_768
+
+
+@dataclass(frozen=True)
+class PrepareSpec:
+    """What a preparation is asked to do, checked once when built. ``corpus`` (local paths) or ``hub``;
+    ``tokenizer``: a path, hub id or Tokenizer (None: a byte-level BPE of ``vocab_size`` is trained on the training
+    documents); ``split_rule``: ``plan`` (the seeded plan over all documents, the rule of every dataset prepared
+    before the keyed hash; single runs only) or ``keyed-hash`` (decided per document: what parts need, with the
+    validation cap ``val_max_tokens``); ``val_documents``, ``val_section_chars``: see
+    :mod:`tablefree.data.documents`; ``max_expansion``: see :class:`tablefree.data.corpus.Corpus` (it changes
+    nothing it does not refuse); ``workers``: tokenizing processes (None: all CPUs)."""
+
+    corpus: tuple[str, ...] = ()
+    hub: HubSource | None = None
+    tokenizer: str | Path | Tokenizer | None = None
+    vocab_size: int = DEFAULT_VOCAB_SIZE
+    split_rule: str = PLAN_RULE
+    val_fraction: float = 0.005
+    val_documents: int = DEFAULT_VAL_DOCUMENTS
+    val_section_chars: int = DEFAULT_VAL_SECTION_CHARS
+    val_max_tokens: int = DEFAULT_VAL_MAX_TOKENS
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    seed: int = 0
+    text_field: str = "text"
+    strict: bool = False
+    gutenberg: bool = False
+    max_expansion: float = DEFAULT_MAX_EXPANSION
+    max_documents: int | None = None
+    workers: int | None = None
+    overwrite: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        corpus = self.corpus
+        paths = (corpus,) if isinstance(corpus, (str, Path)) else tuple(corpus or ())
+        object.__setattr__(self, "corpus", tuple(map(str, paths)))
+        if not 0 <= self.val_fraction < 1:
+            raise ValueError(f"val_fraction must lie in [0, 1), got {self.val_fraction}")
+        if self.val_documents < 1:
+            raise ValueError(f"val_documents must be at least 1, got {self.val_documents}")
+        if self.val_section_chars < MIN_VAL_SECTION_CHARS:
+            raise ValueError(
+                f"val_section_chars must be at least {MIN_VAL_SECTION_CHARS}, got {self.val_section_chars}"
+            )
+        if self.val_max_tokens < 1:
+            raise ValueError(f"val_max_tokens must be positive, got {self.val_max_tokens}")
+        if self.shard_tokens < 1:
+            raise ValueError(f"shard_tokens must be positive, got {self.shard_tokens}")
+        if self.split_rule not in SPLIT_RULES:
+            raise ValueError(f"split_rule must be one of {', '.join(SPLIT_RULES)}, got {self.split_rule!r}")
+        if bool(self.corpus) == (self.hub is not None):
+            raise ValueError("give exactly one of a corpus path and a hub dataset")
+
+    def reader(self, files: tuple[int, int] | None = None) -> Corpus:
+        """The corpus (or the files ``files`` of its listing), keeping document lengths only for the plan."""
+        return Corpus(
+            list(self.corpus),
+            text_field=self.text_field,
+            strict=self.strict,
+            gutenberg=self.gutenberg,
+            max_expansion=self.max_expansion,
+            files=files,
+            lengths=self.split_rule == PLAN_RULE,
+        )
+
+    def share(self, reader: Corpus) -> float:
+        """The keyed-hash rule's share of the text held out, from the corpus files' sizes (every part knows them)."""
+        corpus_bytes = sum(file_sizes(reader.listed))
+        return validation_share(self.val_fraction, self.val_documents, self.val_section_chars, corpus_bytes)
+
+    def settings(self, rule: str) -> dict:
+        """The manifest's ``settings`` (part of the fingerprint). ``rule``: what the split records; for the plan
+        and the hub hash, the description datasets have always recorded, so their fingerprints stay the same."""
+        settings = {
+            "val_fraction": self.val_fraction,
+            "val_documents": self.val_documents,
+            "val_section_chars": self.val_section_chars,
+            "seed": self.seed,
+            "shard_tokens": self.shard_tokens,
+            "text_field": self.text_field,
+            "gutenberg": self.gutenberg,
+            "split_rule": rule,
+        }
+        if rule == KEYED_HASH_RULE:
+            settings["val_max_tokens"] = self.val_max_tokens
+        return settings
+
+    def across_jobs(self, what: str) -> None:
+        """Refuse, naming ``what``, a part or merge this spec cannot make."""
+        if self.hub is not None:
+            raise ValueError(
+                f"{what}: splitting across jobs needs a local corpus (a hub stream has no files)"
+            )
+        if self.tokenizer is None:
+            raise ValueError(
+                f"{what}: give the tokenizer (--tokenizer): every part must use the same one; train it once "
+                "with `tablefree tokenizer train CORPUS --vocab-size V -o tokenizer.json`"
+            )
+        if self.split_rule != KEYED_HASH_RULE:
+            raise ValueError(
+                f"{what}: parts need --split-rule {KEYED_HASH_RULE} (split_rule={KEYED_HASH_RULE!r}): the "
+                f"{self.split_rule!r} rule plans the split over every document's length, so each part would read "
+                "the whole corpus; give the same rule to every part, the merge and any single run to compare"
+            )
 
 
 def prepare_dataset(
@@ -104,125 +234,226 @@ def prepare_dataset(
     shard_tokens: int = DEFAULT_SHARD_TOKENS,
     seed: int = 0,
     *,
-    val_documents: int = DEFAULT_VAL_DOCUMENTS,
-    val_section_chars: int = DEFAULT_VAL_SECTION_CHARS,
-    text_field: str = "text",
-    strict: bool = False,
-    gutenberg: bool = False,
-    max_expansion: float = DEFAULT_MAX_EXPANSION,
-    hub: HubSource | None = None,
-    max_documents: int | None = None,
-    overwrite: bool = False,
-    progress: bool = True,
     part: tuple[int, int] | None = None,
     merge: bool = False,
+    **options,
 ) -> dict:
-    """Tokenize a corpus into train/val shards in ``out_dir`` and return the manifest (see the module
-    docstring). ``tokenizer``: a path, hub id or Tokenizer; when None, a byte-level BPE of ``vocab_size`` is
-    trained on the training documents. ``workers``: tokenizing processes (default: all CPUs).
-    ``val_documents`` and ``val_section_chars``: see :func:`tablefree.data.documents.plan_validation` (local
-    corpora). ``max_expansion``: see :class:`tablefree.data.corpus.Corpus` (it changes nothing it does not refuse).
+    """Tokenize a corpus into train/val shards in ``out_dir`` and return the manifest (see the module docstring):
+    the arguments make a :class:`PrepareSpec` (``options``: its other fields, by name).
 
-    Across jobs: ``part=(i, n)`` tokenizes only the i-th of n contiguous groups of the corpus files into
-    ``out_dir/parts/`` and returns that part's record; ``merge=True`` then joins the n parts into the dataset,
-    byte-identical to a single-process run (shards, validation split, manifest but its ``created`` time),
-    and removes the parts.
-    Both need the same corpus, settings and ``tokenizer`` (a given one: a tokenizer trained on a part would
-    differ)."""
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"val_fraction must lie in [0, 1), got {val_fraction}")
-    if val_documents < 1:
-        raise ValueError(f"val_documents must be at least 1, got {val_documents}")
-    if val_section_chars < MIN_VAL_SECTION_CHARS:
+    Across jobs: ``part=(i, n)`` tokenizes only the i-th of n groups of the corpus files into ``out_dir/parts/``
+    and returns that part's record (as a manifest-like dict: ``part``, ``splits``); ``merge=True`` then joins the
+    n parts into the dataset, byte-identical to a single-process run (shards, validation split, manifest but its
+    ``created`` time), and removes the parts. Both need the same corpus, settings, ``split_rule="keyed-hash"``
+    and ``tokenizer`` (a given one: a tokenizer trained on a part would differ)."""
+    spec = PrepareSpec(
+        corpus=() if corpus is None else corpus,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        val_fraction=val_fraction,
+        workers=workers,
+        shard_tokens=shard_tokens,
+        seed=seed,
+        **options,
+    )
+    if part is not None and merge:
+        raise ValueError("give one of part and merge: parts are prepared first, then merged")
+    if part is not None:
+        return prepare_part(spec, out_dir, part)
+    if merge:
+        return merge_parts(spec, out_dir)
+    return prepare_single(spec, out_dir)
+
+
+def _documents(spec: PrepareSpec, reader: Corpus | None, summary: CorpusSummary | None):
+    if spec.hub is not None:
+        return HubDocuments(spec.hub, spec.text_field, spec.val_fraction, spec.seed, spec.max_documents)
+    if spec.split_rule == KEYED_HASH_RULE:
+        return KeyedHashDocuments(reader, spec.share(reader), spec.val_section_chars, spec.seed)
+    return LocalDocuments(
+        reader, summary, spec.val_fraction, spec.seed, spec.val_documents, spec.val_section_chars
+    )
+
+
+def _scanned(spec: PrepareSpec, reader: Corpus) -> CorpusSummary:
+    summary = reader.scan(progress=spec.progress)
+    if summary.documents == 0 and reader.sources == reader.listed:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in summary.as_dict()["junk"].items())
+        first = "".join(f"; {junk}" for junk in summary.junk[:3])
         raise ValueError(
-            f"val_section_chars must be at least {MIN_VAL_SECTION_CHARS}, got {val_section_chars}"
+            f"{', '.join(map(str, reader.paths))}: no valid document to prepare (junk: {kinds}{first}); "
+            "`tablefree data scan` names each file and line"
         )
-    if shard_tokens < 1:
-        raise ValueError(f"shard_tokens must be positive, got {shard_tokens}")
-    if (corpus is None) == (hub is None):
-        raise ValueError("give exactly one of a corpus path and a hub dataset")
-    if part is not None or merge:
-        what = f"part {part[0]}/{part[1]}" if part else "merge"
-        if part is not None and merge:
-            raise ValueError("give one of part and merge: parts are prepared first, then merged")
-        if hub is not None:
-            raise ValueError(
-                f"{what}: splitting across jobs needs a local corpus (a hub stream has no files)"
-            )
-        if tokenizer is None:
-            raise ValueError(
-                f"{what}: give the tokenizer (--tokenizer): every part must use the same one; train it once "
-                "with `tablefree tokenizer train CORPUS --vocab-size V -o tokenizer.json`"
-            )
-        if part is not None and not 1 <= part[0] <= part[1]:
-            raise ValueError(f"part: expected I/N with 1 <= I <= N, got {part[0]}/{part[1]}")
+    return summary
+
+
+def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
+    """The dataset in one process (resumable: see the module docstring); returns the manifest."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    workers = workers or os.cpu_count() or 1
     remove_temp_files(out_dir)
-
-    if hub is None:
-        reader = Corpus(
-            corpus, text_field=text_field, strict=strict, gutenberg=gutenberg, max_expansion=max_expansion
-        )
-        summary = reader.scan(progress=progress)
-        if summary.documents == 0:
-            kinds = ", ".join(f"{kind} {n}" for kind, n in summary.as_dict()["junk"].items())
-            raise ValueError(
-                f"{', '.join(map(str, reader.paths))}: no valid document to prepare (junk: {kinds}); "
-                "`tablefree data scan` names each file and line"
-            )
-        docs = LocalDocuments(reader, summary, val_fraction, seed, val_documents, val_section_chars)
+    if spec.hub is None:
+        reader = spec.reader()
+        summary = _scanned(spec, reader)
         sources = [asdict(f) for f in summary.files]
     else:
-        summary = None
-        docs = HubDocuments(hub, text_field, val_fraction, seed, max_documents)
-        sources = [{"hub": hub.as_dict(), "max_documents": max_documents}]
-
-    if overwrite:  # only now that the corpus has been read without error
+        reader = summary = None
+        sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
+    docs = _documents(spec, reader, summary)
+    if spec.overwrite:  # only now that the corpus has been read without error
         clear_dataset(out_dir)
-    settings = {
-        "val_fraction": val_fraction,
-        "val_documents": val_documents,
-        "val_section_chars": val_section_chars,
-        "seed": seed,
-        "shard_tokens": shard_tokens,
-        "text_field": text_field,
-        "gutenberg": gutenberg,
-        "split_rule": docs.rule,
-    }
-    tok = _resolve_tokenizer(tokenizer, out_dir, vocab_size, docs)
-    tok_hash = tokenizer_hash(tok)
-    inputs = {"sources": sources, "settings": settings, "tokenizer_hash": tok_hash}
-    fingerprint = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-    existing = out_dir / MANIFEST
-    if existing.exists():
-        manifest = read_manifest(out_dir)
-        check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
-        if manifest.get("fingerprint") != fingerprint:
-            raise ValueError(
-                f"{existing}: this directory holds a dataset prepared from other inputs or settings; "
-                "use another --out, or --overwrite"
-            )
-        if part is not None:
-            raise ValueError(f"{existing}: the dataset is complete already; a part of it is not needed")
-        return manifest  # already complete
-    vocab = tok.get_vocab_size(with_added_tokens=True)
-    if part is not None:
-        return prepare_part(out_dir, docs, summary, tok, vocab, inputs, fingerprint, part, workers, progress)
-    # every part checked before anything is written: a refused merge leaves the directory as it was
-    records = checked_parts(out_dir, inputs, fingerprint, dtype_for_vocab(vocab)) if merge else []
+    settings = spec.settings(docs.rule if docs.rule == KEYED_HASH_RULE else docs.description)
+    tok = _resolve_tokenizer(spec.tokenizer, out_dir, spec.vocab_size, docs)
+    fingerprint = _fingerprint(sources, settings, tokenizer_hash(tok))
+    finished = _finished(out_dir, tok, fingerprint)
+    if finished is not None:
+        return finished
     state = load_state(out_dir, tok, fingerprint)
-    if tokenizer is not None or not (out_dir / TOKENIZER_FILE).exists():
+    if spec.tokenizer is not None or not (out_dir / TOKENIZER_FILE).exists():
         save_tokenizer(tok, out_dir / TOKENIZER_FILE)
+    writers, journal = _writers(out_dir, spec, tok, settings, fingerprint, state)
+    if state is None:  # from now on, shards in this directory are ours: a crash before any journal update
+        journal()  # must not leave shards that a re-run would take for someone else's
+    tokenize_documents(docs, tok, writers, spec.workers or os.cpu_count() or 1, journal, spec.progress)
+    return _finish(out_dir, spec, tok, writers, journal, sources, settings, fingerprint, summary, docs)
 
+
+def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) -> dict:
+    """Tokenize part ``part`` = (I, N) of the corpus (its own files only) into ``out_dir/parts/I-of-N/`` and
+    return its record (``part.json``) with ``splits``."""
+    index, n = part
+    what = f"part {index}/{n}"
+    spec.across_jobs(what)
+    if not 1 <= index <= n:
+        raise ValueError(f"part: expected I/N with 1 <= I <= N, got {index}/{n}")
+    out_dir = Path(out_dir)
+    if (out_dir / MANIFEST).exists():
+        raise ValueError(f"{out_dir / MANIFEST}: the dataset is complete already; a part of it is not needed")
+    listing = spec.reader()
+    files = part_file_ranges(file_sizes(listing.listed), n)[index - 1]
+    reader = spec.reader(files)
+    summary = _scanned(spec, reader)
+    docs = KeyedHashDocuments(reader, spec.share(listing), spec.val_section_chars, spec.seed)
+    tok = load_tokenizer(spec.tokenizer) if not isinstance(spec.tokenizer, Tokenizer) else spec.tokenizer
+    dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))
+    directory = part_dir(out_dir, index, n)
+    directory.mkdir(parents=True, exist_ok=True)
+    with part_lock(directory, index, n):
+        (directory / PART_FILE).unlink(missing_ok=True)  # a part is prepared whole, never resumed
+        writers = {
+            split: PartWriter(directory, split, dtype, spec.val_max_tokens if split == "val" else None)
+            for split in SPLITS
+        }
+        tokenize_documents(
+            docs, tok, writers, spec.workers or os.cpu_count() or 1, lambda: None, spec.progress
+        )
+        record = {
+            "part": [index, n],
+            "split_rule": KEYED_HASH_RULE,
+            "tokenizer_hash": tokenizer_hash(tok),
+            "settings": spec.settings(KEYED_HASH_RULE),
+            "corpus_bytes": sum(file_sizes(listing.listed)),
+            "sources": [asdict(f) for f in summary.files],
+            "junk": [asdict(j) for j in summary.junk],
+            "splits": {split: writer.finish() for split, writer in writers.items()},
+        }
+        write_json_atomic(directory / PART_FILE, record)
+    return record
+
+
+def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
+    """Join the N parts in ``out_dir/parts/`` into the dataset (every part checked before anything is written; no
+    corpus text read) and return its manifest; the parts are removed once the dataset holds their tokens."""
+    spec.across_jobs("merge")
+    out_dir = Path(out_dir)
+    remove_temp_files(out_dir)
+    listing = spec.reader()
+    tok = load_tokenizer(spec.tokenizer) if not isinstance(spec.tokenizer, Tokenizer) else spec.tokenizer
+    tok_hash = tokenizer_hash(tok)
+    settings = spec.settings(KEYED_HASH_RULE)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    if (out_dir / MANIFEST).exists() and not (out_dir / PARTS_DIR).exists():
+        return _finished_or_refused(out_dir, tok, settings, listing)
+    records, summary = checked_parts(out_dir, listing.listed, settings, tok_hash, dtype_for_vocab(vocab))
+    if summary.documents == 0:
+        raise ValueError(
+            f"{', '.join(map(str, listing.paths))}: no valid document to prepare; `tablefree data scan` names "
+            "each file and line"
+        )
+    sources = [asdict(f) for f in summary.files]
+    fingerprint = _fingerprint(sources, settings, tok_hash)
+    if spec.overwrite:
+        clear_dataset(out_dir)
+    finished = _finished(out_dir, tok, fingerprint)
+    if finished is not None:
+        return finished
+    load_state(out_dir, tok, fingerprint)  # refuses another preparation's journal
+    save_tokenizer(tok, out_dir / TOKENIZER_FILE)
+    clear_shards(
+        out_dir
+    )  # a merge starts afresh: a killed one left (journalled) shards of its own, never others'
+    writers, journal = _writers(out_dir, spec, tok, settings, fingerprint, None)
+    journal()
+    feed_parts(out_dir, records, writers, journal)
+    docs = KeyedHashDocuments(listing, spec.share(listing), spec.val_section_chars, spec.seed)
+    manifest = _finish(out_dir, spec, tok, writers, journal, sources, settings, fingerprint, summary, docs)
+    shutil.rmtree(out_dir / PARTS_DIR)  # the dataset holds every token of the parts now
+    return manifest
+
+
+def _fingerprint(sources: list[dict], settings: dict, tok_hash: str) -> str:
+    inputs = {"sources": sources, "settings": settings, "tokenizer_hash": tok_hash}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def _finished(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
+    """The complete dataset in ``out_dir`` when it is this one; an error when it is another; None when none."""
+    existing = out_dir / MANIFEST
+    if not existing.exists():
+        return None
+    manifest = read_manifest(out_dir)
+    check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
+    if manifest.get("fingerprint") != fingerprint:
+        raise ValueError(
+            f"{existing}: this directory holds a dataset prepared from other inputs or settings; "
+            "use another --out, or --overwrite"
+        )
+    return manifest
+
+
+def _finished_or_refused(out_dir: Path, tok: Tokenizer, settings: dict, listing: Corpus) -> dict:
+    """A merge run again after it finished (the parts are gone): the dataset, when of this tokenizer, these
+    settings and a corpus of these files and sizes (its files' sha256 were the parts' to read)."""
+    manifest = read_manifest(out_dir)
+    check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
+    recorded = [(s.get("file"), s.get("bytes")) for s in manifest.get("sources") or []]
+    listed = [(s.rel, size) for s, size in zip(listing.listed, file_sizes(listing.listed), strict=True)]
+    if manifest.get("settings") != settings or recorded != listed:
+        raise ValueError(
+            f"{out_dir / MANIFEST}: this directory holds a dataset prepared from other inputs or settings; "
+            "use another --out, or --overwrite"
+        )
+    return manifest
+
+
+def _writers(
+    out_dir: Path, spec: PrepareSpec, tok: Tokenizer, settings: dict, fingerprint: str, state: dict | None
+) -> tuple[dict[str, SplitWriter], Callable[[], None]]:
+    """The two splits' shard writers (resumed from ``state``) and the journal that records them."""
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    cap = spec.val_max_tokens if settings["split_rule"] == KEYED_HASH_RULE else None
     writers = {
-        split: SplitWriter(out_dir, split, shard_tokens, vocab, valid_prefix(out_dir, state["splits"][split]))
-        if state
-        else SplitWriter(out_dir, split, shard_tokens, vocab, None)
+        split: SplitWriter(
+            out_dir,
+            split,
+            spec.shard_tokens,
+            vocab,
+            valid_prefix(out_dir, state["splits"][split]) if state else None,
+            cap if split == "val" else None,
+        )
         for split in SPLITS
     }
+    tok_hash = tokenizer_hash(tok)
 
     def journal() -> None:
         write_json_atomic(
@@ -234,24 +465,17 @@ def prepare_dataset(
             },
         )
 
-    if merge:  # a merge starts afresh: a killed one left (journalled) shards of its own, never others'
-        clear_shards(out_dir)
-        writers = {split: SplitWriter(out_dir, split, shard_tokens, vocab, None) for split in SPLITS}
-    if state is None or merge:  # from now on, shards in this directory are ours: a crash before any journal
-        journal()  # update must not leave shards that a re-run would take for someone else's
-    if merge:
-        merge_parts(out_dir, records, writers, journal)
-    else:
-        tokenize_documents(docs, tok, writers, workers, journal, progress)
+    return writers, journal
+
+
+def _finish(out_dir, spec, tok, writers, journal, sources, settings, fingerprint, summary, docs) -> dict:
+    """The last shards, then the manifest (last: its presence marks a complete dataset)."""
     for writer in writers.values():
         if not writer.done:
             writer.finish(journal)
-
-    manifest = _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus)
+    manifest = _manifest(tok, writers, sources, settings, fingerprint, summary, docs, spec.corpus or None)
     write_json_atomic(out_dir / MANIFEST, manifest)
     (out_dir / STATE_FILE).unlink(missing_ok=True)
-    if merge:  # the dataset holds every token of the parts now
-        shutil.rmtree(out_dir / PARTS_DIR)
     return manifest
 
 
@@ -265,11 +489,12 @@ def _resolve_tokenizer(tokenizer, out_dir: Path, vocab_size: int, docs) -> Token
     if saved.exists() and (state_path.exists() or (out_dir / MANIFEST).exists()):
         # A resumed run (or a finished one) that trained its own tokenizer: reuse it, as training is slow.
         return load_tokenizer(saved)
-    texts = (text for i, text in enumerate(docs.documents(0)) if docs.split_of(i) == "train")
+    texts = (text for text, split, _ in docs.stream(0) if split == "train")
     return train_tokenizer_from_texts(texts, vocab_size, saved)
 
 
-def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, docs, corpus) -> dict:
+def _manifest(tok, writers, sources, settings, fingerprint, summary, docs, corpus) -> dict:
+    tok_hash = tokenizer_hash(tok)
     splits = {}
     for split, writer in writers.items():
         shards = [{k: s[k] for k in ("file", "tokens", "sha256")} for s in writer.shards]
@@ -299,7 +524,7 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
         },
         "document_separator": "eot_before_each_document",
         "splits": splits,
-        "validation": _validation_record(splits["val"], docs),
+        "validation": _validation_record(splits["val"], docs, writers["val"]),
         "sources": sources,
         "corpus": {
             "paths": [
@@ -315,18 +540,23 @@ def _manifest(tok, tok_hash, writers, sources, settings, fingerprint, summary, d
     }
 
 
-def _validation_record(val: dict, docs) -> dict:
+def _validation_record(val: dict, docs, writer: SplitWriter) -> dict:
     """What the validation split holds: documents, tokens, distinct sources and, per document, its token
     range in the split's stream and where its text came from."""
     starts = val["document_starts"]
     bounds = [*starts, val["tokens"]]
-    items = docs.validation_items() if isinstance(docs, LocalDocuments) else [{} for _ in starts]
+    if isinstance(docs, LocalDocuments):
+        items = docs.validation_items()
+    elif isinstance(docs, KeyedHashDocuments):
+        items = writer.items
+    else:
+        items = [{} for _ in starts]
     if len(items) != len(starts):
         raise RuntimeError(f"val: {len(starts)} documents written, {len(items)} planned")
     record = {
         "documents": len(starts),
         "tokens": val["tokens"],
-        "rule": docs.rule,
+        "rule": docs.description,
         "items": [
             {"start": a, "tokens": b - a, **item}
             for (a, b), item in zip(itertools.pairwise(bounds), items, strict=True)
@@ -336,6 +566,13 @@ def _validation_record(val: dict, docs) -> dict:
         record["source_documents"] = docs.plan.sources
         record["sections"] = docs.plan.units - len(docs.plan.whole)
         record["section_chars"] = docs.plan.section_chars
+    if isinstance(docs, KeyedHashDocuments):  # each source document gives at most one validation document
+        record["source_documents"] = len(items)
+        record["sections"] = sum(1 for item in items if not item["whole"])
+        record["section_chars"] = docs.section_chars
+        record["share"] = docs.share
+        record["max_tokens"] = writer.max_tokens
+        record["dropped_documents"] = writer.dropped
     return record
 
 

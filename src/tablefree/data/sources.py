@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+# The metadata files `datasets`' save_to_disk writes beside its .arrow files: read by no one here, and not junk.
+SAVE_TO_DISK_METADATA = ("dataset_info.json", "state.json", "dataset_dict.json")
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 
 
@@ -21,7 +23,7 @@ COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 class SourceFile:
     path: Path
     rel: str  # path relative to the corpus root it was found under: names the file in manifests and errors
-    kind: str  # "txt", "jsonl" or "parquet"
+    kind: str  # "txt", "jsonl", "parquet" or "arrow" (a `datasets` save_to_disk folder's Arrow IPC files)
     compression: str | None  # None, "gz" or "zst"
 
 
@@ -95,7 +97,9 @@ class _Walk:
             self.seen[key] = rel
             kind, compression = file_type(path)
             if kind is None:
-                self.junk.append(Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet ({path.name})"))
+                self.junk.append(
+                    Junk(rel, None, "unsupported", f"not .txt/.jsonl/.parquet/.arrow ({path.name})")
+                )
             else:
                 self.files.append(SourceFile(path, rel, kind, compression))
 
@@ -106,6 +110,8 @@ class _Walk:
             detail = f"directory not listed ({error.strerror or error})"
             self.junk.append(Junk(rel or str(path), None, "unreadable", detail))
             return
+        if "state.json" in names or "dataset_dict.json" in names:  # a `datasets` save_to_disk folder
+            names = [name for name in names if name not in SAVE_TO_DISK_METADATA]
         for name in names:  # sorted names at every level: the order of the sorted relative paths
             self.visit(path / name, f"{rel}/{name}" if rel else name, ancestors)
 
@@ -149,6 +155,6 @@ def file_type(path: Path) -> tuple[str | None, str | None]:
     if compression:
         suffixes = suffixes[:-1]
     kind = KINDS.get(suffixes[-1]) if suffixes else None
-    if kind == "parquet" and compression:
+    if kind in ("parquet", "arrow") and compression:
         return None, None  # parquet compresses internally
     return kind, compression

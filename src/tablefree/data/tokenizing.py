@@ -37,7 +37,7 @@ class TokenSink(Protocol):
 
     def wants(self, doc: int) -> bool: ...
 
-    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard) -> None: ...
+    def add(self, doc: int, tokens: np.ndarray, first: bool, on_shard, where: dict | None = None) -> None: ...
 
 
 _worker_tokenizer: Tokenizer | None = None
@@ -119,15 +119,14 @@ def _tasks(docs, writers: dict[str, TokenSink], split_safe: bool) -> Iterator[tu
         return
     start = max(0, min(active))
     pieces, firsts, owners, size = [], [], [], 0
-    for doc, text in enumerate(docs.documents(start), start=start):
-        split = docs.split_of(doc)
+    for doc, (text, split, where) in enumerate(docs.stream(start), start=start):
         if not writers[split].wants(doc):
             continue
         cuts = [0, *split_points(text, PIECE_CHARS), len(text)] if split_safe else [0, len(text)]
         for i, (a, b) in enumerate(itertools.pairwise(cuts)):
             pieces.append(text[a:b])
             firsts.append(i == 0)
-            owners.append((doc, split))
+            owners.append((doc, split, where))
             size += b - a
             if size >= TASK_CHARS:
                 yield pieces, firsts, owners
@@ -139,7 +138,7 @@ def _tasks(docs, writers: dict[str, TokenSink], split_safe: bool) -> Iterator[tu
 def tokenize_documents(
     docs, tok: Tokenizer, writers: dict[str, TokenSink], workers: int, journal, progress: bool
 ) -> None:
-    """Encode the documents of ``docs`` (``documents(start)``, ``split_of(i)``) that a split's writer still
+    """Encode the documents of ``docs`` (``stream(start)``: text, split, where) that a split's writer still
     wants, in ``workers`` processes, and hand each piece's tokens to its split's writer in stream order;
     ``journal`` is called after each shard a writer writes."""
     eot = eot_id(tok)
@@ -170,8 +169,8 @@ def _consume(
     result, firsts, owners = item
     ids, lengths, nbytes = result.get()
     offset = 0
-    for length, first, (doc, split) in zip(lengths.tolist(), firsts, owners, strict=True):
-        writers[split].add(doc, ids[offset : offset + length], first, journal)
+    for length, first, (doc, split, where) in zip(lengths.tolist(), firsts, owners, strict=True):
+        writers[split].add(doc, ids[offset : offset + length], first, journal, where)
         offset += length
     documents += sum(firsts)
     tokens += offset

@@ -16,6 +16,7 @@ from tablefree.config_parsing import (
     parse_token_budgets,
     to_dict,
 )
+from tablefree.data.documents import SPLIT_RULES
 from tablefree.interfaces import INTERFACES
 from tablefree.launch import SlurmSpec
 from tablefree.sweep.grid import GridPoint, point_name
@@ -34,9 +35,17 @@ class DatasetSpec:
     val_fraction: float | None = None  # None: prepare_dataset's default
     val_documents: int | None = None  # None: prepare_dataset's default (at least 20 validation documents)
     val_section_chars: int | None = None  # None: prepare_dataset's default (long books held out in sections)
+    split_rule: str | None = (
+        None  # None: prepare_dataset's default ("plan"); "keyed-hash": decided per document
+    )
+    val_max_tokens: int | None = None  # None: prepare_dataset's default (keyed-hash only: the validation cap)
     gutenberg: bool = False  # strip Project Gutenberg headers and footers
     text_field: str = "text"
     workers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.split_rule is not None and self.split_rule not in SPLIT_RULES:
+            raise ValueError(f"split_rule: expected one of {', '.join(SPLIT_RULES)}, got {self.split_rule!r}")
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 
 from tablefree.config_parsing import to_dict
 from tablefree.data.loader import read_manifest
-from tablefree.data.prepare import prepare_dataset
+from tablefree.data.prepare import PrepareSpec, prepare_single
 from tablefree.sweep.config import CompareConfig, base_recipe
 
 
@@ -35,17 +35,19 @@ def prepare_data(config: CompareConfig, log=print) -> None:
         "val_fraction": spec.val_fraction,
         "val_documents": spec.val_documents,
         "val_section_chars": spec.val_section_chars,
+        "val_max_tokens": spec.val_max_tokens,
+        "split_rule": spec.split_rule,
     }
     log(f"preparing {spec.corpus} into {spec.dir}")
-    prepare_dataset(
-        spec.corpus,
-        spec.dir,
+    prepare = PrepareSpec(
+        corpus=(spec.corpus,),
         tokenizer=spec.tokenizer,
         workers=spec.workers,
         text_field=spec.text_field,
         gutenberg=spec.gutenberg,
         **{k: v for k, v in chosen.items() if v is not None},
     )
+    prepare_single(prepare, spec.dir)
 
 
 def check_prepared_dataset(config: CompareConfig) -> None:
