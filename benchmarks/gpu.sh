@@ -13,9 +13,9 @@
 # ceiling and against the datasheet, peak memory; compiled FSDP2, falling back to eager, then to DDP),
 # data (generated corpus and evaluation set), rehearse (configs/paper-1.7b.yaml itself at micro-batch 8 × 2048 on
 # one GPU, benchmarks/rehearse.sh --shape real --procs 1: trained, checkpointed (sharded), kill -9, resumed
-# twice, its losses against the uninterrupted run's, exported, evaluated, generated from; the tokenizer is
-# trained on the generated corpus, too small for 49,152 tokens, so the model keeps V = 49,152 by
-# model.vocab_size), short (a smaller preset trained for a loss curve), eval (the packed evaluation engine
+# twice, its losses against the uninterrupted run's, exported, evaluated, generated from; the V = 49,152
+# tokenizer is trained on the generated corpus with random filler words (--fill-vocab), which alone is too
+# small for that many tokens), short (a smaller preset trained for a loss curve), eval (the packed evaluation engine
 # against the naive loop). `--only rehearse` gives the rehearsal the whole deadline. The deadline (default 540 s) covers everything:
 # each section gets a share of the time left, by weight, and is stopped with SIGTERM (then SIGKILL after a
 # grace period) when its share runs out; a failed or stopped section does not stop the next. results.json is
@@ -88,9 +88,7 @@ else
            val_every=100 val_batches=8)
     SHORT_VOCAB=8192
     REHEARSE=(--shape real --device cuda --procs 1 --steps 6)
-    # scratch data; run directories are deleted after each run; the rehearsal's sharded checkpoints of
-    # paper-1.7b (weights and AdamW moments, about 20 GB each) take up to three at once
-    MIN_FREE_GB=60
+    MIN_FREE_GB=10  # scratch data; run directories are deleted after each run (the rehearsal checks its own)
 fi
 export DEVICE SHORT_VOCAB
 
@@ -190,7 +188,7 @@ section train "$PYTHON" benchmarks/train_gpu.py "${TRAIN_ARGS[@]}" --time-limit 
 section data "$PYTHON" benchmarks/gpu_data.py make --out "$SCRATCH/data" --max-mb "$DATA_MB"
 rehearse() {  # configs/paper-1.7b.yaml rehearsed end to end (benchmarks/rehearse.sh), its record kept
     bash benchmarks/rehearse.sh "$@" --corpus "$SCRATCH/data/corpus" --tokenizer-corpus "$SCRATCH/data/corpus" \
-        --allow-smaller-vocab "$SCRATCH/rehearse"
+        --fill-vocab "$SCRATCH/rehearse"
     local rc=$?  # a rehearsal stopped by the deadline still leaves the steps it finished
     cp "$SCRATCH/rehearse/rehearsal.json" "$OUT/rehearsal.json" 2>/dev/null
     if (( ! DRY_RUN )) && [[ -e $OUT/rehearsal.json ]]; then

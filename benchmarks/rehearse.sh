@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rehearsal of configs/paper-1.7b.yaml itself, end to end, before a cluster is lent. Run from the repository root:
 #   bash benchmarks/rehearse.sh [--shape tiny|real] [--device cpu|cuda] [--procs N] [--steps N] [--corpus PATH]
-#                               [--tokenizer-corpus PATH] [--tokenizer FILE] [--allow-smaller-vocab] OUT_DIR
+#                               [--tokenizer-corpus PATH] [--tokenizer FILE] [--fill-vocab] OUT_DIR
 # The config is used as shipped except for what a rehearsal must change, and nothing else (each is in
 # OUT_DIR/rehearsal.json): the model shape (--shape tiny: d 128, 2 layers, 2 heads of 64, MLP 256, context 128,
 # micro-batch 2; --shape real: the preset's own, micro-batch 8 × 2048 tokens), the budget cut to --steps steps
@@ -11,9 +11,9 @@
 #
 # Steps, each checked, on real prepared data with a V = 49,152 tokenizer (trained here on --tokenizer-corpus,
 # default ../shared/data/corpus/gutenberg-mix/quotations, unless --tokenizer names one; --corpus, default
-# ../shared/data/corpus/gutenberg-mix/holidays, is the text prepared into shards; --allow-smaller-vocab accepts
-# a corpus too small to fill 49,152 tokens, the model's head kept at V = 49,152 by model.vocab_size, as
-# benchmarks/gpu.sh does with the text it generates):
+# ../shared/data/corpus/gutenberg-mix/holidays, is the text prepared into shards; --fill-vocab adds to the
+# tokenizer's text 120,000 random letter-words, each line twice, so that a corpus too small for 49,152 tokens
+# still gives a tokenizer of exactly that size, as benchmarks/gpu.sh does with the 4 MB of text it generates):
 #   1. reference: the uninterrupted run, FSDP2 over --procs processes (default 2), no checkpoints;
 #   2. the same run with sharded checkpoints, killed with `kill -9` (every process of it) once its first
 #      checkpoint is complete; resumed on --procs processes and killed again after its second; resumed on ONE
@@ -21,9 +21,9 @@
 #   3. the resumed run's train losses equal the reference's at every step: exactly while the world size is the
 #      same, to fp32 rounding (1e-5) after the resharding (another world size sums the micro-batches in another
 #      order);
-#   4. the sharded checkpoint written by --procs processes exported (`tablefree export`), loaded with transformers
-#      where it is installed (logits equal in fp32), evaluated (`tablefree eval --tasks validation`) and
-#      generated from (`tablefree generate`).
+#   4. the sharded checkpoint written by --procs processes (at the real shape, which keeps one checkpoint, the
+#      newest) exported (`tablefree export`), loaded with transformers where it is installed (logits equal in
+#      fp32), the run evaluated (`tablefree eval --tasks validation`) and the checkpoint generated from.
 # OUT_DIR receives rehearsal.json (rewritten after every step, so a run stopped midway keeps what it measured) and
 # rehearsal.log. Exit status 0 only when every step passed.
 set -uo pipefail
@@ -36,7 +36,7 @@ STEPS=12
 CORPUS=../shared/data/corpus/gutenberg-mix/holidays  # 1.2 MB: 0.3M tokens of shards
 TOKENIZER_CORPUS=../shared/data/corpus/gutenberg-mix/quotations  # 7.8 MB: enough text for 49,152 tokens
 TOKENIZER=""
-SMALLER_VOCAB=0
+FILL_VOCAB=0
 while (( $# )); do
     case $1 in
         --shape) SHAPE=${2:?--shape needs tiny or real}; shift 2 ;;
@@ -46,7 +46,7 @@ while (( $# )); do
         --corpus) CORPUS=${2:?--corpus needs a path}; shift 2 ;;
         --tokenizer-corpus) TOKENIZER_CORPUS=${2:?--tokenizer-corpus needs a path}; shift 2 ;;
         --tokenizer) TOKENIZER=${2:?--tokenizer needs a tokenizer.json}; shift 2 ;;
-        --allow-smaller-vocab) SMALLER_VOCAB=1; shift ;;
+        --fill-vocab) FILL_VOCAB=1; shift ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "rehearse.sh: unknown option $1"; usage; exit 2 ;;
         *) break ;;
@@ -79,12 +79,13 @@ if [[ $SHAPE == tiny ]]; then
                 model.max_seq_len=$SEQ)
 else
     MICRO=8; SEQ=2048
-    SHAPE_ARGS=()
+    SHAPE_ARGS=(keep_last=1)  # each checkpoint of the real shape is about 20 GB (weights and Adam moments)
 fi
 # two micro-steps per process at --procs, four on one process: the same global batch on both world sizes
 RECIPE_ARGS=("${SHAPE_ARGS[@]}" "micro_batch=$MICRO" "seq_len=$SEQ" "batch_tokens=$((2 * PROCS * MICRO * SEQ))"
              "budget=$STEPS steps" "schedule.warmup_steps=$EVERY" log_every=1 "val_every=$STEPS" val_batches=2
-             "checkpoint_every=$EVERY" keep_last=0 parallel=fsdp)
+             "checkpoint_every=$EVERY" parallel=fsdp)
+[[ $SHAPE == tiny ]] && RECIPE_ARGS+=(keep_last=0)
 if [[ $DEVICE == cpu ]]; then RECIPE_ARGS+=(device=cpu compile=false precision=fp32); fi
 
 phase() {  # phase NAME STATUS [SECONDS] [JSON fields]: one line of phases.jsonl, then rehearsal.json rewritten
@@ -140,19 +141,35 @@ process_tree() {  # process_tree PID: PID and all its descendants
 
 # 1. data: a V = 49,152 tokenizer and the shards it makes
 start=$SECONDS
+if [[ $SHAPE == real ]]; then  # two checkpoints at once while the newer one is saved, and the export
+    free_gb=$(df -Pk "$WORK" | awk 'NR == 2 {print int($4 / 1048576)}')
+    (( free_gb >= 50 )) || fail data "only ${free_gb} GB free under $WORK; the real shape needs 50 GB" 0
+fi
 if [[ -z $TOKENIZER ]]; then
     TOKENIZER=$WORK/tokenizer.json
-    "$PYTHON" -m tablefree.cli tokenizer train "$TOKENIZER_CORPUS" --vocab-size "$VOCAB" -o "$TOKENIZER" \
+    TOKENIZER_TEXT=("$TOKENIZER_CORPUS")
+    if (( FILL_VOCAB )); then
+        TOKENIZER_TEXT+=("$WORK/fill-words.txt")
+        "$PYTHON" - "$WORK/fill-words.txt" <<'PY' || fail data "writing the filler words" $((SECONDS - start))
+import sys
+import numpy as np
+rng = np.random.default_rng(0)  # the same words every time
+letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+words = ["".join(rng.choice(letters, size=n)) for n in rng.integers(4, 11, 120_000)]
+with open(sys.argv[1], "w", encoding="utf-8") as out:
+    for i in range(0, len(words), 12):
+        line = " ".join(words[i : i + 12]) + "\n"
+        out.write(line + line)  # twice: BPE merges only pairs seen more than once
+PY
+    fi
+    "$PYTHON" -m tablefree.cli tokenizer train "${TOKENIZER_TEXT[@]}" --vocab-size "$VOCAB" -o "$TOKENIZER" \
         --strip-gutenberg || fail data "tokenizer training" $((SECONDS - start))
 fi
 "$PYTHON" -m tablefree.cli data prepare "$CORPUS" --tokenizer "$TOKENIZER" --out "$WORK/data" --no-progress \
     --strip-gutenberg --val-fraction 0.2 || fail data "data prepare" $((SECONDS - start))
 vocab=$("$PYTHON" -c "import json, sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$WORK/data/manifest.json")
-if (( vocab != VOCAB )); then
-    (( SMALLER_VOCAB && vocab < VOCAB )) \
-        || fail data "the tokenizer has $vocab tokens, not $VOCAB (train it on more text)" $((SECONDS - start))
-    RECIPE_ARGS+=("model.vocab_size=$VOCAB")  # the head and the input interface keep the config's V
-fi
+(( vocab == VOCAB )) \
+    || fail data "the tokenizer has $vocab tokens, not $VOCAB (train it on more text, or --fill-vocab)" $((SECONDS - start))
 phase data ok $((SECONDS - start)) "\"vocab_size\": $vocab"
 
 # 2. the reference, uninterrupted
@@ -172,7 +189,8 @@ killed_at_checkpoint $((2 * EVERY)) "$PROCS" "$RUN" checkpoint_format=sharded --
 phase "resumed on $PROCS processes, killed after step $((2 * EVERY))" ok $((SECONDS - start))
 start=$SECONDS
 train_cmd 1 "$RUN" checkpoint_format=sharded --resume || fail "resume on 1 process" "training" $((SECONDS - start))
-phase "resumed on 1 process (resharded) to the end" ok $((SECONDS - start))
+if (( PROCS > 1 )); then resumed="resumed on 1 process (resharded) to the end"; else resumed="resumed to the end"; fi
+phase "$resumed" ok $((SECONDS - start))
 
 # 4. the losses
 start=$SECONDS
@@ -199,6 +217,7 @@ phase losses ok $((SECONDS - start)) "\"losses\": $equal"
 # 5. the readers, on the sharded checkpoint that --procs processes wrote, and on the run's newest
 start=$SECONDS
 SHARDED=$(printf '%s/checkpoints/step_%08d' "$RUN" $((2 * EVERY)))
+[[ -d $SHARDED ]] || SHARDED=$(ls -d "$RUN"/checkpoints/step_* | tail -n 1)  # keep_last=1: the newest
 [[ -e $SHARDED/sharded/.metadata && ! -e $SHARDED/model.safetensors ]] || fail export "$SHARDED is not sharded" 0
 "$PYTHON" -m tablefree.cli export "$SHARDED" --format hf "$WORK/export" || fail export "tablefree export" $((SECONDS - start))
 logits=$("$PYTHON" - "$SHARDED" "$WORK/export" <<'PY'
