@@ -5,12 +5,18 @@
 #   results.json  every figure, and each section's status, time and share of the deadline (strict JSON)
 #   gpu.log       everything the sections printed
 #   short_run_metrics.jsonl  the metrics of the short training run (a loss curve)
+#   rehearsal.json  the rehearsal of configs/paper-1.7b.yaml at its real shape (benchmarks/rehearse.sh); not
+#                   a dry run, it is also copied to docs/results/gpu/ (RESULTS_DIR), to be committed
 # Scratch data and run directories live in a temporary directory that is deleted at the end.
 #
 # Sections, in order: train (paper-1.7b, learned vs canonical: tokens/s, MFU against the measured bf16
 # ceiling and against the datasheet, peak memory; compiled FSDP2, falling back to eager, then to DDP),
-# data (generated corpus and evaluation set), short (a smaller preset trained for a loss curve), eval
-# (the packed evaluation engine against the naive loop). The deadline (default 540 s) covers everything:
+# data (generated corpus and evaluation set), rehearse (configs/paper-1.7b.yaml itself at micro-batch 8 × 2048 on
+# one GPU, benchmarks/rehearse.sh --shape real --procs 1: trained, checkpointed (sharded), kill -9, resumed
+# twice, its losses against the uninterrupted run's, exported, evaluated, generated from; the V = 49,152
+# tokenizer is trained on the generated corpus with random filler words (--fill-vocab), which alone is too
+# small for that many tokens), short (a smaller preset trained for a loss curve), eval (the packed evaluation engine
+# against the naive loop). `--only rehearse` gives the rehearsal the whole deadline. The deadline (default 540 s) covers everything:
 # each section gets a share of the time left, by weight, and is stopped with SIGTERM (then SIGKILL after a
 # grace period) when its share runs out; a failed or stopped section does not stop the next. results.json is
 # rewritten after every section, so a machine lost midway still returns the figures measured so far.
@@ -38,14 +44,16 @@ if ! [[ $DEADLINE =~ ^[0-9]+$ ]] || (( DEADLINE < 30 )); then
     echo "gpu.sh: --deadline must be a whole number of seconds, at least 30 (got $DEADLINE)"; exit 2
 fi
 END=$((SECONDS + DEADLINE))
-SECTIONS=(train data short eval)
-declare -A WEIGHT=([train]=50 [data]=4 [short]=20 [eval]=26)
+SECTIONS=(train data rehearse short eval)
+declare -A WEIGHT=([train]=35 [data]=4 [rehearse]=30 [short]=12 [eval]=19)
 GRACE=10    # at most this many seconds between SIGTERM and SIGKILL for a section out of time
 RESERVE=5   # kept back for the last rewrite of results.json
 for name in ${ONLY//,/ }; do
     [[ -n ${WEIGHT[$name]:-} ]] || { echo "gpu.sh: --only: unknown section $name (sections: ${SECTIONS[*]})"; exit 2; }
 done
-if [[ -n $ONLY && ( ,$ONLY, == *,short,* || ,$ONLY, == *,eval,* ) ]]; then ONLY="$ONLY,data"; fi  # they read its files
+if [[ -n $ONLY && ( ,$ONLY, == *,short,* || ,$ONLY, == *,eval,* || ,$ONLY, == *,rehearse,* ) ]]; then
+    ONLY="$ONLY,data"  # they read its files
+fi
 selected() { [[ -z $ONLY || ,$ONLY, == *,$1,* ]]; }
 
 PYTHON=${PYTHON:-python3}
@@ -53,7 +61,7 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"  # works without `pip in
 mkdir -p "$OUT" || exit 1
 OUT=$(cd "$OUT" && pwd)
 SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/gpu-sh.XXXXXX") || exit 1
-rm -f "$OUT/results.json" "$OUT/gpu.log" "$OUT/short_run_metrics.jsonl"
+rm -f "$OUT/results.json" "$OUT/gpu.log" "$OUT/short_run_metrics.jsonl" "$OUT/rehearsal.json"
 exec > >(tee "$OUT/gpu.log") 2>&1
 TEE_PID=$!
 trap 'exec 1>&- 2>&-; wait "$TEE_PID" 2>/dev/null; rm -rf "$SCRATCH"' EXIT  # the log is whole on exit
@@ -69,6 +77,7 @@ if (( DRY_RUN )); then
     SHORT=(model.preset=tiny "budget=20 steps" batch_tokens=1024 micro_batch=8 seq_len=128 log_every=5
            val_every=10 val_batches=2)
     SHORT_VOCAB=2048
+    REHEARSE=(--shape tiny --device cpu --procs 1 --steps 6)
     MIN_FREE_GB=1
 else
     DEVICE=cuda
@@ -78,7 +87,8 @@ else
     SHORT=(model.preset=small "budget=600 steps" batch_tokens=32768 micro_batch=64 seq_len=512 log_every=20
            val_every=100 val_batches=8)
     SHORT_VOCAB=8192
-    MIN_FREE_GB=10  # scratch data; run directories are deleted after each run
+    REHEARSE=(--shape real --device cuda --procs 1 --steps 6)
+    MIN_FREE_GB=10  # scratch data; run directories are deleted after each run (the rehearsal checks its own)
 fi
 export DEVICE SHORT_VOCAB
 
@@ -176,6 +186,21 @@ export -f short_run
 
 section train "$PYTHON" benchmarks/train_gpu.py "${TRAIN_ARGS[@]}" --time-limit @SHARE@ --out "$SCRATCH/train.json"
 section data "$PYTHON" benchmarks/gpu_data.py make --out "$SCRATCH/data" --max-mb "$DATA_MB"
+rehearse() {  # configs/paper-1.7b.yaml rehearsed end to end (benchmarks/rehearse.sh), its record kept
+    bash benchmarks/rehearse.sh "$@" --corpus "$SCRATCH/data/corpus" --tokenizer-corpus "$SCRATCH/data/corpus" \
+        --fill-vocab "$SCRATCH/rehearse"
+    local rc=$?  # a rehearsal stopped by the deadline still leaves the steps it finished
+    cp "$SCRATCH/rehearse/rehearsal.json" "$OUT/rehearsal.json" 2>/dev/null
+    if (( ! DRY_RUN )) && [[ -e $OUT/rehearsal.json ]]; then
+        local results=${RESULTS_DIR:-docs/results/gpu}
+        mkdir -p "$results" && cp "$OUT/rehearsal.json" "$results/rehearsal-$(date -u +%Y-%m-%d).json"
+    fi
+    return $rc
+}
+export -f rehearse
+export DRY_RUN
+
+section rehearse bash -c "rehearse $(printf '%q ' "${REHEARSE[@]}")"
 section short bash -c "SHORT=($(printf '%q ' "${SHORT[@]}")); short_run"
 section eval "$PYTHON" benchmarks/eval_speed.py "${EVAL_ARGS[@]}" --corpus "$SCRATCH/data/corpus" \
     --eval-data "$SCRATCH/data/eval" --out "$SCRATCH/eval.json"

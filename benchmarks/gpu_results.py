@@ -1,6 +1,7 @@
 """One JSON of every figure ``benchmarks/gpu.sh`` measured (run by it after each section): the sections' status,
 time and share of the deadline, the machine (preflight), the paper-1.7b training figures, the short run's
-summary and the evaluation figures, gathered from its scratch directory into ``OUT/results.json``.
+summary, the evaluation figures and the rehearsal of configs/paper-1.7b.yaml, gathered from its scratch
+directory into ``OUT/results.json``.
 
 The file is strict JSON: a figure that is not a finite number becomes null, and its path is listed under
 ``nulls`` with the reason. Only the standard library and ``tablefree.fileio``: it must run when torch is broken.
@@ -24,6 +25,7 @@ PARTS = {
     "train": "train.json",
     "short_run": "short_summary.json",
     "eval": "eval.json",
+    "rehearsal": "rehearse/rehearsal.json",
 }
 
 

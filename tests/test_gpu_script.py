@@ -77,11 +77,20 @@ def test_gpu_script_dry_run_runs_every_section_on_the_cpu(tmp_path) -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "all sections ok" in result.stdout
     check_what_comes_back(out)
-    assert sorted(p.name for p in out.iterdir()) == ["gpu.log", "results.json", "short_run_metrics.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu.log", "rehearsal.json", "results.json", "short_run_metrics.jsonl"
+    ]  # fmt: skip
     results = strict_json(out / "results.json")
     assert [(s["name"], s["status"]) for s in results["script"]["sections"]] == [
-        (name, "ok") for name in ("train", "data", "short", "eval")
+        (name, "ok") for name in ("train", "data", "rehearse", "short", "eval")
     ]
+    rehearsal = results["rehearsal"]  # configs/paper-1.7b.yaml, tiny, on 1 process here
+    assert (
+        rehearsal["ok"] and rehearsal["config"] == "configs/paper-1.7b.yaml" and rehearsal["shape"] == "tiny"
+    )
+    assert [p["phase"] for p in rehearsal["phases"]][-4:] == ["losses", "export", "eval", "generate"]
+    assert rehearsal["phases"][-4]["losses"]["exactly_equal"]
+    assert rehearsal == strict_json(out / "rehearsal.json")
     train = results["train"]
     assert set(train["runs"]) == {"learned", "canonical"}
     for figures in train["runs"].values():

@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from tablefree import model as model_module
 from tablefree.checkpoint import layout, training
 from tablefree.checkpoint.layout import resolve_checkpoint
 from tablefree.checkpoint.model_dir import load_model
@@ -133,16 +134,16 @@ def test_the_loop_reads_validates_saves_and_logs_where_its_components_say(
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(monkeypatch, data_dir, tmp_path) -> None:
     calls = {"n": 0}
-    real_loss = trainer.next_token_loss
+    real_loss = model_module.chunked_next_token_loss
 
     def loss(
-        logits, targets, reduction="mean"
+        hidden, head_weight, targets, reduction="mean", chunk_tokens=None
     ):  # micro-steps 9 and 10 belong to optimizer step 5 (grad_accum 2)
         calls["n"] += 1
-        value = real_loss(logits, targets, reduction)
+        value = real_loss(hidden, head_weight, targets, reduction, chunk_tokens)
         return value * float("nan") if calls["n"] >= 9 else value
 
-    monkeypatch.setattr(trainer, "next_token_loss", loss)
+    monkeypatch.setattr(model_module, "chunked_next_token_loss", loss)
     run_dir = tmp_path / "run"
     config = micro_config(data_dir, budget="8 steps", checkpoint_every=2)
     with pytest.raises(NonFiniteLossError, match=r"step 5: the training loss is nan.*step_00000004"):

@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tablefree import model as model_module
 from tablefree.checkpoint import layout
 from tablefree.checkpoint.model_dir import load_model
 from tablefree.checkpoint.verify import file_digests
@@ -88,14 +89,14 @@ def test_a_non_finite_step_read_later_still_applies_no_update_after_it(
 
 def test_skip_mode_skips_the_update_and_keeps_the_files_valid_json(monkeypatch, data_dir, tmp_path) -> None:
     calls = {"n": 0}
-    real_loss = trainer.next_token_loss
+    real_loss = model_module.chunked_next_token_loss
 
-    def loss(logits, targets, reduction="mean"):  # micro-step 5 belongs to optimizer step 3 (grad_accum 2)
+    def loss(hidden, head_weight, targets, reduction="mean", chunk_tokens=None):  # micro-step 5: step 3
         calls["n"] += 1
-        value = real_loss(logits, targets, reduction)
+        value = real_loss(hidden, head_weight, targets, reduction, chunk_tokens)
         return value * float("nan") if calls["n"] == 5 else value
 
-    monkeypatch.setattr(trainer, "next_token_loss", loss)
+    monkeypatch.setattr(model_module, "chunked_next_token_loss", loss)
     run_dir = tmp_path / "run"
     summary = train(micro_config(data_dir, budget="5 steps", on_nonfinite="skip"), run_dir)
     assert summary["completed"] and summary["skipped_steps"] == 1 and summary["step"] == 5

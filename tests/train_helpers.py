@@ -130,24 +130,28 @@ def train_command(config_path: Path, run_dir: Path, *extra: str) -> list[str]:
 def record_run(monkeypatch, config, run_dir: Path) -> tuple[dict, dict]:
     """Train, capturing the freshly initialised weights, every micro-batch's targets and the logits' dtype.
     Ends with ``monkeypatch.undo()``, which also undoes the caller's own patches."""
+    import torch.nn.functional as F
+
+    from tablefree import model as model_module
     from tablefree.train import trainer
 
     captured = {"init": None, "targets": []}
-    real_build, real_loss = trainer.build_model, trainer.next_token_loss
+    real_build, real_loss = trainer.build_model, model_module.chunked_next_token_loss
 
     def build_model(*args, **kwargs):
         model = real_build(*args, **kwargs)
         captured["init"] = {k: v.clone() for k, v in model.state_dict().items()}
         return model
 
-    def loss(logits, targets, reduction="mean"):
+    def loss(hidden, head_weight, targets, reduction="mean", chunk_tokens=None):
         if reduction == "mean":  # training; validation asks for per-token losses
             captured["targets"].append(targets.clone())
-            captured.setdefault("logits_dtype", logits.dtype)
-        return real_loss(logits, targets, reduction)
+            # the dtype the head's logits get here (under autocast, its dtype), from one position
+            captured.setdefault("logits_dtype", F.linear(hidden[:1, :1], head_weight).dtype)
+        return real_loss(hidden, head_weight, targets, reduction, chunk_tokens)
 
     monkeypatch.setattr(trainer, "build_model", build_model)
-    monkeypatch.setattr(trainer, "next_token_loss", loss)
+    monkeypatch.setattr(model_module, "chunked_next_token_loss", loss)
     try:
         summary = trainer.train(config, run_dir)
     finally:

@@ -19,7 +19,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +58,9 @@ class SlurmSpec:
         default_factory=list
     )  # shell lines before srun, e.g. "source .venv/bin/activate"
     sbatch: dict[str, Any] = field(default_factory=dict)  # extra sbatch options, e.g. {constraint: a100}
-    python: str | None = None  # the python command on the nodes; None: this interpreter
+    # the python command on the nodes; None: submitit uses this interpreter, an sbatch script the `python3` of
+    # the environment it runs in (its PATH after the setup lines), so it moves with the script
+    python: str | None = None
     executor: str = "slurm"  # slurm; local: submitit's local executor, the tasks on this machine (testing)
 
     def __post_init__(self) -> None:
@@ -250,7 +251,7 @@ def sbatch_script(spec: SlurmSpec, name: str, folder: Path, commands: list[str],
             lines.append(f"#SBATCH --{key}")
         elif value is not None and value is not False:
             lines.append(f"#SBATCH --{key}={value}")
-    lines += ["", *spec.setup, "", "RUNS=("]
+    lines += ["", python_header(spec), *spec.setup, "", "RUNS=("]
     lines += [f"  {shlex.quote(command)}" for command in commands]
     lines += [
         ")",
@@ -270,5 +271,21 @@ def write_sbatch(path: Path, script: str) -> None:
     path.chmod(0o755)
 
 
+# An sbatch script's python when the config names none: found on the job's PATH when it runs, not the absolute
+# path of the interpreter that wrote the script (another machine's, or a virtual environment since removed).
+SBATCH_DEFAULT_PYTHON = "python3"
+
+
 def python_command(spec: SlurmSpec) -> str:
-    return spec.python or shlex.quote(sys.executable)
+    """The python an sbatch script runs: ``launch.slurm.python``, else ``python3`` from the job's environment."""
+    return spec.python or SBATCH_DEFAULT_PYTHON
+
+
+def python_header(spec: SlurmSpec) -> str:
+    """The script's comment saying which python it runs and where that choice came from."""
+    if spec.python:
+        return f"# python: {spec.python} (launch.slurm.python in the config)"
+    return (
+        f"# python: {SBATCH_DEFAULT_PYTHON} from the environment the job runs in (its PATH after the setup "
+        "lines below); set launch.slurm.python to name another"
+    )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from tablefree.interfaces import build_interface
 from tablefree.model_config import ModelConfig
@@ -214,14 +215,23 @@ class TablefreeLM(nn.Module):
         positions: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         cache: KVCache | None = None,
+        *,
+        targets: torch.Tensor | None = None,
+        reduction: str = "mean",
     ) -> torch.Tensor:
-        """Logits (B, T, V) for token ids (B, T).
+        """Logits (B, T, V) for token ids (B, T); given ``targets`` (B, T), the next-token loss instead
+        (``chunked_next_token_loss``: the mean, or per token with ``reduction="none"``), computed without ever
+        holding the logits of all the tokens at once. The loss is asked of ``forward`` so that wrappers that
+        act around it (DDP, FSDP2) see the head used.
 
         ``positions`` (T,) or (B, T) default to ``cache.length + arange(T)``. ``mask`` is an optional boolean
         attention mask broadcastable to (B, 1, T, T_keys), True where attention is allowed; without it,
         attention is causal (over the cached prefix too, when a cache is given).
         """
-        return self.head(self.hidden(ids, positions, mask, cache))
+        hidden = self.hidden(ids, positions, mask, cache)
+        if targets is not None:
+            return chunked_next_token_loss(hidden, self.head.weight, targets, reduction)
+        return self.head(hidden)
 
     def hidden(
         self,
@@ -254,8 +264,8 @@ class TablefreeLM(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy, computed in fp32 (``next_token_loss``)."""
-        return next_token_loss(self(ids), targets)
+        """Mean next-token cross-entropy, computed in fp32 chunk by chunk (``chunked_next_token_loss``)."""
+        return self(ids, targets=targets)
 
     @torch.no_grad()
     def init_weights(self, seed: int = 0) -> None:
@@ -283,15 +293,63 @@ class TablefreeLM(nn.Module):
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """The model's loss: next-token cross-entropy in fp32, for logits (B, T, V) and targets (B, T).
+    """Next-token cross-entropy in fp32 of logits (B, T, V) already computed, for targets (B, T): what
+    ``chunked_next_token_loss`` computes without the whole (B, T, V) tensor, kept as its definition.
 
-    ``reduction="mean"`` over all tokens (training); ``"none"`` gives the per-token losses (B, T), which
-    validation averages per window. Training and validation use this one function.
+    ``reduction="mean"`` over all tokens; ``"none"`` gives the per-token losses (B, T).
     """
     losses = F.cross_entropy(
         logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction
     )
     return losses if reduction != "none" else losses.view(targets.shape)
+
+
+# The fp32 logits of one chunk of tokens are at most this large: at V = 49,152, 1,365 tokens (of the 16,384 of
+# a micro-batch of 8 × 2048) instead of 3.2 GB for the whole micro-batch, and as much again for their gradient.
+LOSS_CHUNK_BYTES = 256 * 2**20
+
+
+def loss_chunk_tokens(vocab_size: int) -> int:
+    """How many tokens' logits one chunk of the loss holds (``LOSS_CHUNK_BYTES`` of fp32 logits)."""
+    return max(1, LOSS_CHUNK_BYTES // (4 * vocab_size))
+
+
+def chunked_next_token_loss(
+    hidden: torch.Tensor,
+    head_weight: torch.Tensor,
+    targets: torch.Tensor,
+    reduction: str = "mean",
+    chunk_tokens: int | None = None,
+) -> torch.Tensor:
+    """The model's loss: next-token cross-entropy in fp32 of the logits ``hidden @ head_weight.T``, for final
+    hidden states (B, T, d) and targets (B, T), equal to ``next_token_loss(head(hidden), targets)``, computed
+    ``chunk_tokens`` tokens at a time (default ``loss_chunk_tokens(V)``) so that the fp32 logits of the whole
+    batch never exist, forward or backward: each chunk's head matmul and cross-entropy run under
+    ``torch.utils.checkpoint``, which keeps only the chunk's inputs and recomputes its logits in the backward
+    pass. Under autocast the head matmul runs in its dtype, as the unchunked head does.
+
+    ``reduction="mean"`` over all tokens (training); ``"none"`` gives the per-token losses (B, T), which
+    validation averages per window. Training and validation use this one function.
+    """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction: expected 'mean' or 'none', got {reduction!r}")
+    chunk = chunk_tokens or loss_chunk_tokens(head_weight.shape[0])
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    flat_targets = targets.reshape(-1)
+    keep_graph = torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad)
+    pieces = []
+    # split, not slicing: the backward gathers the chunks' gradients into one (N, d) tensor once
+    for part, part_targets in zip(flat_hidden.split(chunk), flat_targets.split(chunk), strict=True):
+        if keep_graph:
+            pieces.append(checkpoint(_chunk_losses, part, head_weight, part_targets, use_reentrant=False))
+        else:
+            pieces.append(_chunk_losses(part, head_weight, part_targets))
+    losses = torch.cat(pieces)
+    return losses.mean() if reduction == "mean" else losses.view(targets.shape)
+
+
+def _chunk_losses(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(F.linear(hidden, head_weight).float(), targets, reduction="none")
 
 
 def _name_seed(seed: int, name: str) -> int:

@@ -1,12 +1,14 @@
 """A model directory's files (layout in ``tablefree.checkpoint``): weights in safetensors, configuration and
 meta in JSON; written here and read here. No pickle is ever loaded here.
 
-``load_model`` is the one entry through which evaluation, export, generation and analysis read a model's
-weights (full or sharded), so a check of what is read belongs in it.
+``load_model`` is the one entry through which evaluation, export, generation, analysis and the lm-eval adapter
+read a model's weights (full or sharded), so a check of what is read belongs in it; ``weights_provenance`` is
+the one hash of those weights that an export records.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sys
 from pathlib import Path
@@ -37,7 +39,7 @@ from tablefree.checkpoint.verify import (
 )
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.device import resolve_device
-from tablefree.fileio import atomic_path, write_json_atomic
+from tablefree.fileio import atomic_path, sha256_file, write_json_atomic
 from tablefree.model import TablefreeLM
 from tablefree.model_config import ModelConfig
 
@@ -149,7 +151,12 @@ def _load_verified(directory: Path, device: torch.device, verify: bool) -> Table
     config = read_model_config(directory)
     with torch.device("meta"):
         model = TablefreeLM(config)
-    if not (directory / MODEL_FILE).exists() and (directory / SHARDED_DIR).is_dir():
+    if not (directory / MODEL_FILE).exists():
+        if not (directory / SHARDED_DIR).is_dir():
+            raise CheckpointError(
+                f"{directory}: holds neither {MODEL_FILE} nor {SHARDED_DIR}/ (the weights of a full or a "
+                "sharded checkpoint)"
+            )
         from tablefree.checkpoint.sharded import read_model_state  # DCP: imported only when read
 
         model = _materialise(model, device)
@@ -171,6 +178,29 @@ def _load_verified(directory: Path, device: torch.device, verify: bool) -> Table
         check_finite(state, directory / MODEL_FILE)
     model.load_state_dict(state, strict=True)
     return model
+
+
+def weights_provenance(directory: str | Path) -> dict[str, Any]:
+    """What identifies the weights a checkpoint holds, hashed now from the files themselves: a full
+    checkpoint's ``model.safetensors`` (its sha256), or a sharded one's ``sharded/`` (the sha256 of the sorted
+    "digest  relative path" lines of its DCP metadata and shard files, each file's digest listed too)."""
+    directory = Path(directory)
+    if (directory / MODEL_FILE).exists():
+        return {
+            "source_weights_format": "safetensors",
+            "source_weights_sha256": sha256_file(directory / MODEL_FILE),
+        }
+    from tablefree.checkpoint.sharded import shard_files  # DCP: imported only when read
+
+    files = {path.relative_to(directory).as_posix(): sha256_file(path) for path in shard_files(directory)}
+    if not files:
+        raise CheckpointError(f"{directory}: holds neither {MODEL_FILE} nor the files of {SHARDED_DIR}/")
+    listing = "".join(f"{digest}  {name}\n" for name, digest in sorted(files.items()))
+    return {
+        "source_weights_format": "dcp",
+        "source_weights_sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        "source_weights_files": files,
+    }
 
 
 def save_model(

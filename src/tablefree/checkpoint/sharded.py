@@ -9,9 +9,12 @@ memory). A sharded checkpoint instead has each rank write and read only its own 
         config.json  tokenizer.json  meta.json  train_state.pt (no optimizer: it is in sharded/)  COMPLETE
 
 DCP reshards on load, so such a checkpoint resumes at any world size, with FSDP2, DDP or one process. For
-inference it is read in one process without a process group (``read_model_state``): ``tablefree eval``,
-``export`` and ``generate`` take it as they take a full checkpoint, and ``model_dir.consolidate`` writes the
-usual single ``model.safetensors`` beside it.
+inference it is read in one process without a process group (``read_model_state``), through
+``model_dir.load_model`` like a full one: ``tablefree eval``, ``export``, ``generate``, ``analyze`` and the
+lm-eval adapter take it as they take a full checkpoint, and ``model_dir.consolidate`` writes the usual single
+``model.safetensors`` beside it. Before DCP reads anything, ``check_shards`` checks that every file the metadata
+names is there and long enough, so a missing or truncated shard is a ``CheckpointError`` naming the file even
+under ``--no-verify`` (the digests in ``COMPLETE`` catch any other change to a shard).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from tablefree.checkpoint.layout import SHARDED_DIR
+from tablefree.checkpoint.layout import SHARDED_DIR, CheckpointError, first_line
+
+METADATA_FILE = ".metadata"  # DCP's index of the shard files and of where each tensor lies in them
 
 
 def save_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -44,11 +49,53 @@ def load_sharded(directory: str | Path, model: torch.nn.Module, optimizer: torch
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
+def shard_files(directory: str | Path) -> list[Path]:
+    """The files of a sharded checkpoint's ``sharded/`` (the DCP metadata and every shard), sorted."""
+    return sorted(p for p in (Path(directory) / SHARDED_DIR).rglob("*") if p.is_file())
+
+
+def check_shards(directory: str | Path) -> None:
+    """Every shard file that ``sharded/.metadata`` names exists and holds the bytes the metadata places in it;
+    otherwise a CheckpointError naming the file (the metadata itself, when it is missing or unreadable)."""
+    root = Path(directory) / SHARDED_DIR
+    metadata_path = root / METADATA_FILE
+    if not metadata_path.is_file():
+        raise CheckpointError(f"{metadata_path}: missing (a sharded checkpoint's DCP metadata)")
+    try:
+        metadata = dcp.FileSystemReader(str(root)).read_metadata()
+    except Exception as error:  # DCP unpickles it: truncation and damage surface as many exception types
+        raise CheckpointError(
+            f"{metadata_path}: unreadable ({type(error).__name__}: {first_line(error)})"
+        ) from None
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    if not needed:
+        raise CheckpointError(f"{metadata_path}: names no shard files")
+    for name, size in sorted(needed.items()):
+        path = root / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: missing (a shard named in {metadata_path})")
+        if path.stat().st_size < size:
+            raise CheckpointError(
+                f"{path}: truncated ({path.stat().st_size:,} bytes; {metadata_path} places {size:,} in it)"
+            )
+
+
 def read_model_state(directory: str | Path, model: torch.nn.Module) -> None:
     """Fill a plain (unsharded, materialised) model with the weights of a sharded checkpoint, in this process
-    alone: no process group is needed, and the optimizer state is not read."""
+    alone: no process group is needed, and the optimizer state is not read. The shards are checked first
+    (``check_shards``); a read that still fails is a CheckpointError naming the directory."""
+    check_shards(directory)
+    root = Path(directory) / SHARDED_DIR
     state = {"model": model.state_dict()}
-    with warnings.catch_warnings():  # "no process group: loading in one process" is what is meant here
-        warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, checkpoint_id=str(Path(directory) / SHARDED_DIR), no_dist=True)
-    model.load_state_dict(state["model"], strict=True)
+    try:
+        with warnings.catch_warnings():  # "no process group: loading in one process" is what is meant here
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.load(state, checkpoint_id=str(root), no_dist=True)
+    except Exception as error:  # DCP wraps a reader's failure in its own CheckpointException
+        raise CheckpointError(f"{root}: unreadable ({type(error).__name__}: {first_line(error)})") from None
+    try:
+        model.load_state_dict(state["model"], strict=True)
+    except RuntimeError as error:
+        raise CheckpointError(f"{root}: does not hold the model's tensors ({first_line(error)})") from None

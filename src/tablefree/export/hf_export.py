@@ -16,8 +16,8 @@ from typing import Any
 from safetensors.torch import save_file
 
 import tablefree
-from tablefree.checkpoint.layout import META_FILE, MODEL_FILE, TOKENIZER_FILE, run_name_of
-from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE, run_name_of
+from tablefree.checkpoint.model_dir import load_model, weights_provenance
 from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.config_parsing import to_dict
 from tablefree.data.tokenizer import eot_id, load_tokenizer
@@ -29,7 +29,7 @@ from tablefree.export.architectures import (
     neox_state_dict,
 )
 from tablefree.export.layout import DTYPES, HF_WEIGHTS, INTERFACE_STATE_FILE, METADATA_KEY
-from tablefree.fileio import read_json, sha256_file, staged_directory, write_json_atomic
+from tablefree.fileio import read_json, staged_directory, write_json_atomic
 from tablefree.model import TablefreeLM
 
 
@@ -100,12 +100,13 @@ def export_hf(
 
 def source_provenance(source: Path) -> dict[str, Any]:
     """Where an export came from, without the local path: the run's name, the checkpoint's, the training
-    position, and the hashes that identify the weights and the tokenizer."""
+    position, and the hashes that identify the weights (full or sharded: ``weights_provenance``) and the
+    tokenizer."""
     meta = read_json(source / META_FILE, default={})
     return {
         "source_run": run_name_of(source),
         "source_checkpoint": source.name,
-        "source_weights_sha256": sha256_file(source / MODEL_FILE),
+        **weights_provenance(source),
         "step": meta.get("step"),
         "tokens_seen": meta.get("tokens_seen"),
         "tokenizer_hash": meta.get("tokenizer_hash"),
@@ -174,7 +175,7 @@ def model_card(model: TablefreeLM, architecture: str, provenance: dict[str, Any]
         f"Exported by tablefree {tablefree.__version__} from run `{provenance['source_run']}`, checkpoint "
         f"`{provenance['source_checkpoint']}`"
         + _position(provenance)
-        + f"; weights sha256 `{provenance['source_weights_sha256']}`"
+        + _weights_hash(provenance)
         + (f", tokenizer hash `{provenance['tokenizer_hash']}`" if provenance.get("tokenizer_hash") else "")
         + ". It loads with plain `transformers`, no `trust_remote_code`:",
         "",
@@ -228,6 +229,16 @@ def _position(provenance: dict[str, Any]) -> str:
     if provenance.get("tokens_seen") is not None:
         parts.append(f"{provenance['tokens_seen']:,} tokens seen")
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def _weights_hash(provenance: dict[str, Any]) -> str:
+    if provenance.get("source_weights_format") == "dcp":
+        count = len(provenance.get("source_weights_files") or {})
+        return (
+            f"; sharded (DCP) weights in {count} files, sha256 of their digests "
+            f"`{provenance['source_weights_sha256']}` (each file's in config.json)"
+        )
+    return f"; weights sha256 `{provenance['source_weights_sha256']}`"
 
 
 def _transformers_version() -> dict[str, str]:

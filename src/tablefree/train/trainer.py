@@ -47,7 +47,7 @@ from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.hardware import datasheet_bf16_flops
 from tablefree.hardware import peak_flops as measured_peak_flops
 from tablefree.interfaces import check_token_ids, ids_checked_by_caller
-from tablefree.model import build_model, next_token_loss
+from tablefree.model import build_model
 from tablefree.model_config import ModelConfig
 from tablefree.params import param_breakdown
 from tablefree.precision import autocast_dtype, choose_compile, choose_precision, estimate_eager_seconds
@@ -385,7 +385,7 @@ class Trainer:
             inputs, targets = device_batch(next(self.train_loader), self.device, self.model_config.vocab_size)
             sync = micro_step == run_plan.grad_accum - 1
             with gradient_sync(self.train_model, sync), self.autocast, ids_checked_by_caller():
-                loss = next_token_loss(self.train_model(inputs), targets)  # ids checked in device_batch
+                loss = self.train_model(inputs, targets=targets)  # ids checked in device_batch; chunked loss
             (loss / run_plan.grad_accum).backward()
             loss_sum += loss.detach()
         mean_loss = all_reduce_mean(loss_sum / run_plan.grad_accum).float()

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from tablefree.data.loader import Dataset, TokenLoader
-from tablefree.model import next_token_loss
 from tablefree.train.parallelize import DistInfo, all_reduce_mean
 from tablefree.train.recipe import Plan, TrainConfig
 
@@ -76,9 +75,9 @@ def validation_loss(
     for micro_step in range(micro_steps):
         inputs, targets = loader.batch(micro_step)
         keep = torch.from_numpy(loader.slots(micro_step) < total).to(device)
-        with autocast:
-            logits = model(inputs.to(device))
-        per_window = next_token_loss(logits, targets.to(device), reduction="none").mean(dim=1).double()
+        with autocast:  # the chunked loss: the whole batch's fp32 logits never exist
+            per_token = model(inputs.to(device), targets=targets.to(device), reduction="none")
+        per_window = per_token.mean(dim=1).double()
         sums += torch.stack([(per_window * keep).sum(), keep.sum().double()])
     model.train()
     sums = all_reduce_mean(sums)  # mean of sums = sums / world; the ratio is unchanged
