@@ -150,7 +150,8 @@ def _load_verified(directory: Path, device: torch.device, verify: bool) -> Table
     with torch.device("meta"):
         model = TablefreeLM(config)
     if not (directory / MODEL_FILE).exists() and (directory / SHARDED_DIR).is_dir():
-        from tablefree.checkpoint.sharded import read_model_state  # DCP: imported only when read
+        # DCP (slow to import) only when a sharded checkpoint is read: every verb loads this module
+        from tablefree.checkpoint.sharded import read_model_state
 
         model = _materialise(model, device)
         read_model_state(directory, model)
