@@ -153,13 +153,13 @@ def test_cli_refuses_a_negative_temperature_before_any_output(checkpoint, capsys
 
 
 def test_cli_error_during_generation_starts_on_its_own_line(checkpoint, capsys, monkeypatch):
-    import tablefree.generate
+    import tablefree.cli.interop
 
     def fails_midway(model, tokenizer, spec, *, stream):
         stream(" and then")
         raise ValueError("something went wrong")
 
-    monkeypatch.setattr(tablefree.generate, "generate", fails_midway)
+    monkeypatch.setattr(tablefree.cli.interop, "generate", fails_midway)
     assert main(["generate", str(checkpoint), "--prompt", "Export"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "Export and then\n"

@@ -233,12 +233,11 @@ def test_local_tasks_from_a_relative_dir_hold_absolute_paths(shared_data, tmp_pa
 
 
 def test_lm_eval_cli_gets_the_engines_batch_size_unless_one_is_given(monkeypatch):
-    import lm_eval.__main__
-
+    from tablefree.evaluate import lm_eval_adapter
     from tablefree.evaluate.lm_eval_adapter import DEFAULT_BATCH_SIZE, run_cli
 
     seen = []
-    monkeypatch.setattr(lm_eval.__main__, "cli_evaluate", lambda: seen.append(list(sys.argv)))
+    monkeypatch.setattr(lm_eval_adapter, "cli_evaluate", lambda: seen.append(list(sys.argv)))
     base = ["run", "--model", "tablefree", "--tasks", "t"]
     run_cli([*base, "--model_args", "checkpoint=c"])
     run_cli([*base, "--model_args", "checkpoint=c,batch_size=5"])  # lm-eval refuses it in both places

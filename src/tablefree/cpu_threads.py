@@ -43,6 +43,7 @@ def choose_wait_policy(environ: MutableMapping[str, str] | None = None) -> str |
 
 def threading_choice() -> dict[str, object]:
     """What this process runs with: torch's threads and the OpenMP wait policy, and where each came from."""
+    # torch only here: this module must be importable before torch, to set the wait policy OpenMP reads on load
     import torch
 
     policy = os.environ.get(WAIT_POLICY_ENV)

@@ -12,10 +12,24 @@ import json
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
+from importlib.resources import files
 from pathlib import Path
+from pydoc_data.topics import topics
 
-from tablefree.fileio import atomic_path
+import torch
+
+from tablefree.compare import CompareConfig, run_sweep
+from tablefree.config_parsing import from_dict, load_yaml
+from tablefree.data.prepare import prepare_dataset
+from tablefree.evaluate import get_task
+from tablefree.evaluate.tasks import ENV_EVAL_DATA, eval_data_dir, task_files
+from tablefree.fileio import atomic_path, write_json_atomic
+from tablefree.report import verdict
+from tablefree.report.comparison import few_seeds_sentence
+from tablefree.report.markdown import summary_counts
+from tablefree.sweep.config import deep_merge
 
 MIN_DOCSTRING_CHARS = 80  # shorter docstrings ("Return self.") are boilerplate, not prose
 # Standard-library packages left out: the test suite, the IDLE and turtle demo applications.
@@ -59,8 +73,6 @@ def gather_default_corpus(out_path: str | Path, min_chars: int = MIN_DOCSTRING_C
             counts["documents"] += 1
             counts["docstrings"] += len(fresh)
             counts["bytes"] += sum(len(text.encode("utf-8")) for text in fresh)
-    import torch
-
     stats = {
         "path": str(out_path),
         "sha256": digest.hexdigest(),
@@ -71,16 +83,12 @@ def gather_default_corpus(out_path: str | Path, min_chars: int = MIN_DOCSTRING_C
         "python": sys.version.split()[0],
         "torch": torch.__version__,
     }
-    from tablefree.fileio import write_json_atomic
-
     write_json_atomic(out_path.with_name("corpus.json"), stats)
     return stats
 
 
 def _documents(min_chars: int) -> Iterator[tuple[str, str, list[str]]]:
     """(source, name, texts) for every document of the default corpus, in the documented order."""
-    from pydoc_data.topics import topics
-
     for topic in sorted(topics):
         text = topics[topic].strip()
         if len(text) >= min_chars:
@@ -88,8 +96,6 @@ def _documents(min_chars: int) -> Iterator[tuple[str, str, list[str]]]:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     for path in _stdlib_files(stdlib):
         yield "python-stdlib", path.relative_to(stdlib).as_posix(), _docstrings(path, min_chars)
-    import torch
-
     torch_root = Path(torch.__file__).parent
     for path in _package_files(torch_root):
         yield "torch", path.relative_to(torch_root.parent).as_posix(), _docstrings(path, min_chars)
@@ -173,8 +179,6 @@ DEMO_OVERRIDES: dict = {
 
 def packaged_config(name: str) -> Path:
     """A recipe shipped with tablefree (``configs/NAME`` of the source tree, installed as package data)."""
-    from importlib.resources import files
-
     path = Path(str(files("tablefree") / "configs" / name))
     if not path.is_file():
         raise FileNotFoundError(
@@ -185,9 +189,6 @@ def packaged_config(name: str) -> Path:
 
 def demo_recipe(budget: str | None = None) -> dict:
     """The demo's training recipe: the packaged tiny recipe with ``DEMO_OVERRIDES`` (and ``budget``)."""
-    from tablefree.config_parsing import load_yaml
-    from tablefree.sweep.config import deep_merge
-
     recipe = deep_merge(load_yaml(packaged_config("tiny.yaml")), DEMO_OVERRIDES)
     recipe.pop("data", None)  # the demo's own dataset
     if budget:
@@ -210,12 +211,6 @@ def run_demo(
     ``interfaces`` (default ``DEMO_INTERFACES``) chooses which are trained: ``["learned", "canonical"]`` is the
     headline pair at two thirds of the time. Returns ``run_sweep``'s outcome plus ``summary`` (the three lines
     printed at the end)."""
-    import time
-
-    from tablefree.compare import CompareConfig, run_sweep
-    from tablefree.config_parsing import from_dict
-    from tablefree.data.prepare import prepare_dataset
-
     out = Path(out)
     started = time.perf_counter()
     stage = _Stages(log, started)
@@ -275,8 +270,6 @@ class _Stages:
         self.log, self.started, self.number = log, started, 0
 
     def __call__(self, text: str) -> None:
-        import time
-
         self.number += 1
         elapsed = time.perf_counter() - self.started
         self.log(f"[{self.number}] {text}  (at {int(elapsed // 60)}:{int(elapsed % 60):02d})")
@@ -284,9 +277,6 @@ class _Stages:
 
 def _available_benchmarks(eval_data: str | Path | None, limit: int | None) -> tuple[list[str], list[str]]:
     """The demo benchmarks whose files are present, and the report notes saying what was (not) scored."""
-    from tablefree.evaluate import get_task
-    from tablefree.evaluate.tasks import ENV_EVAL_DATA, eval_data_dir, task_files
-
     present = []
     for name in DEMO_BENCHMARKS:
         try:
@@ -316,10 +306,6 @@ DEFAULT_EVAL_HINT = "~/.cache/tablefree/eval"
 def summary_lines(report: dict) -> list[str]:
     """Validation loss and bits per byte, trainable parameters, the count of resolved comparisons, and the
     sentence of each validation-loss comparison."""
-    from tablefree.report import verdict
-    from tablefree.report.comparison import few_seeds_sentence
-    from tablefree.report.markdown import summary_counts
-
     metrics = report["metrics"]
     interfaces = report["interfaces"]
 

@@ -150,6 +150,8 @@ def estimate_eager_seconds(total_flops: float, ceiling_flops: float) -> float:
 @functools.lru_cache(maxsize=4)
 def compiler_available(device: torch.device) -> tuple[bool, str]:
     """Whether torch.compile's default backend (inductor) can generate code for ``device``."""
+    # Private torch modules, imported here: they may be missing from a torch version, and inductor is slow to
+    # import for a module every verb loads
     if device.type == "cuda":
         try:
             from torch.utils._triton import has_triton

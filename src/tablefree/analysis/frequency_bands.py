@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
+from tablefree.analysis.run import dataset_of
+from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.evaluate.frequency_bands import SIDES
+from tablefree.evaluate.validation import validation_metrics
+from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 
 VALIDATION = "validation"
 BANDS_JSON = "frequency_bands.json"
@@ -193,12 +198,6 @@ def frequency_band_analysis(
     ``data``'s validation split (default: the dataset ``checkpoint`` was trained on), one seed: the intervals
     are the document bootstrap's alone. Writes ``frequency_bands.json`` and ``frequency_bands.md`` into ``out``
     when given."""
-    from tablefree.analysis.run import dataset_of
-    from tablefree.checkpoint.model_dir import load_model
-    from tablefree.checkpoint.tokenizer import checked_tokenizer
-    from tablefree.evaluate.validation import validation_metrics
-    from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
-
     names, entries = [], []
     for path in (checkpoint, reference):
         model, directory = load_model(path, device)

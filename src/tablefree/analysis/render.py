@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tablefree.fileio import (
     staged_directory,
     strict_json,
@@ -261,6 +263,7 @@ def draw_analysis_figures(result: dict[str, Any], figures_dir: Path) -> list[Pat
     """``probes.png`` (linear probe accuracy per layer and bit, and its mean against the baseline, with the MLP
     probe's mean when there is one) and
     ``embeddings.png`` (CKA, log-frequency R² and k-NN overlap per layer); each written atomically."""
+    # matplotlib is imported where a figure is drawn: it is heavy, and only the verbs that draw need it
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -287,7 +290,6 @@ def _title(result: dict[str, Any]) -> str:
 
 def _probe_figure(result: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
-    import numpy as np
 
     sets = result["probes"]["code_sets"]
     layers = np.arange(len(result["layers"]))
@@ -336,7 +338,6 @@ def _probe_figure(result: dict[str, Any]) -> Any:
 
 def _embedding_figure(result: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
-    import numpy as np
 
     emb = result["embeddings"]
     layers = np.arange(len(result["layers"]))

@@ -29,8 +29,10 @@ from tablefree.analysis.spec import AnalyzeSpec
 from tablefree.analysis.states import effective_embeddings, layer_names
 from tablefree.checkpoint.layout import META_FILE, TOKENIZER_FILE
 from tablefree.checkpoint.model_dir import load_model
+from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.codes import num_bits
 from tablefree.data.loader import MANIFEST, TokenLoader, read_manifest
+from tablefree.data.tokenizer import tokenizer_hash
 from tablefree.fileio import read_json
 from tablefree.model import TablefreeLM, build_model
 
@@ -149,8 +151,6 @@ def matching_tokenizer(
     directory: Path, data_dir: Path, manifest: dict, tokenizer: str | Path | None, vocab_size: int
 ) -> tuple[Any, str]:
     """The checkpoint's tokenizer (or ``tokenizer``, checked against it), which must be the dataset's."""
-    from tablefree.checkpoint.tokenizer import checked_tokenizer
-
     if tokenizer is None and not (directory / TOKENIZER_FILE).exists():
         tokenizer = data_dir / manifest.get("tokenizer_file", TOKENIZER_FILE)  # checked against meta.json
     tok, digest = checked_tokenizer(directory, tokenizer)
@@ -178,8 +178,6 @@ def load_reference(
         )
     ref_hash = _meta(ref_dir).get("tokenizer_hash")
     if ref_hash is None and (ref_dir / TOKENIZER_FILE).exists():
-        from tablefree.data.tokenizer import tokenizer_hash
-
         ref_hash = tokenizer_hash(ref_dir / TOKENIZER_FILE)
     if ref_hash is not None and ref_hash != tok_hash:
         raise ValueError(

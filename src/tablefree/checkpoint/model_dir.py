@@ -157,7 +157,8 @@ def _load_verified(directory: Path, device: torch.device, verify: bool) -> Table
                 f"{directory}: holds neither {MODEL_FILE} nor {SHARDED_DIR}/ (the weights of a full or a "
                 "sharded checkpoint)"
             )
-        from tablefree.checkpoint.sharded import read_model_state  # DCP: imported only when read
+        # DCP (slow to import) only when a sharded checkpoint is read: every verb loads this module
+        from tablefree.checkpoint.sharded import read_model_state
 
         model = _materialise(model, device)
         read_model_state(directory, model)

@@ -7,11 +7,13 @@ anywhere on the command line of a verb that takes them; lists are comma-separate
 disk too ("no space left on MOUNT while writing FILE").
 
 Why some verbs import inside their function: every verb module is imported to build ``tablefree --help``, so an
-import at a verb module's top is paid by every command. Imports that cost start-up time only one verb needs
-stay inside that verb's function: the trainer's (torch.distributed, through ``tablefree.train.resume``), the
-lm-eval adapter (an optional dependency), the SLURM executor (submitit) and the report (docs/benchmarks.md,
-"Command-line start-up", has the measurements). Modules that ``--help`` loads anyway gain nothing inside a
-function.
+import at a verb module's top is paid by every command. An import stays inside a verb's function only where it
+would add measurably to that start-up: the trainer and what loads it (torch.distributed, through
+``tablefree.train.resume``, ``tablefree.compare`` and ``tablefree.demo``), the memory planner, the sweep's SLURM
+executor (submitit), plan and status, the report and the ladder, the evaluation downloader (pyarrow) and the
+lm-eval adapter (an optional dependency). docs/benchmarks.md, "Command-line start-up", has the measurements. Every
+other import is at its module's top; the library modules below keep their own few lazy imports (matplotlib,
+pyarrow, torch.distributed.checkpoint, optional packages) for the same reason, each with a comment.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import errno
 import importlib
 import os
 import sys
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as distribution_version
 
 from tablefree.cpu_threads import choose_wait_policy
 
@@ -42,9 +46,6 @@ COMMAND_MODULES = [
 
 def version() -> str:
     """The installed distribution's version (the package's own when run from a source tree)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as distribution_version
-
     try:
         return distribution_version("tablefree")
     except PackageNotFoundError:

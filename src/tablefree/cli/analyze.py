@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from tablefree.analysis.embeddings import DEFAULT_PROBE_WORDS
+from tablefree.analysis.frequency_bands import BANDS_MD, frequency_band_analysis
 from tablefree.analysis.run import run_analysis
 from tablefree.analysis.spec import DEFAULT_POSITIONS, AnalyzeSpec
 
@@ -117,8 +118,6 @@ def positive_int(text: str) -> int:
 
 
 def run_frequency_bands(args: argparse.Namespace, out: str) -> int:
-    from tablefree.analysis.frequency_bands import BANDS_MD, frequency_band_analysis
-
     if args.reference is None:
         raise ValueError("--frequency-bands compares two models: name the other one with --reference")
     frequency_band_analysis(

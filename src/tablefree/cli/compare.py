@@ -4,7 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 from pathlib import Path
+
+from tablefree import launch
+from tablefree.config_parsing import parse_token_budgets
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -86,8 +91,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _budgets(text: str) -> list[int]:
-    from tablefree.config_parsing import parse_token_budgets
-
     parts = [part for part in text.split(",") if part.strip()]
     if not parts:
         raise argparse.ArgumentTypeError(
@@ -171,9 +174,6 @@ def print_status(config) -> int:
 
 def run_only(config, name: str) -> int:
     """One run, as a task of the sbatch script runs it; exit REQUEUE_EXIT_CODE when preempted after saving."""
-    import signal
-
-    from tablefree import launch
     from tablefree.sweep.plan import plan_runs
     from tablefree.sweep.slurm import run_job
 
@@ -195,8 +195,6 @@ def run_only(config, name: str) -> int:
 
 def compare_command(args: argparse.Namespace) -> str:
     """The `tablefree compare` command line that ran (and resumes) this sweep."""
-    import shlex
-
     argv = ["tablefree", "compare", "--config", str(args.config)]
     if args.interfaces:
         argv += ["--interfaces", ",".join(args.interfaces)]

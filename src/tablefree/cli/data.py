@@ -10,8 +10,10 @@ import os
 import sys
 from pathlib import Path
 
+from tablefree.data.corpus import Corpus
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.data.documents import SPLIT_RULES
+from tablefree.data.loader import verify_dataset
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
@@ -20,7 +22,14 @@ from tablefree.data.prepare import (
     DEFAULT_VOCAB_SIZE,
     KEYED_HASH_RULE,
     PLAN_RULE,
+    HubSource,
+    PrepareSpec,
+    adopt_shards,
+    merge_parts,
+    prepare_part,
+    prepare_single,
 )
+from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -249,8 +258,6 @@ def _add_embedded_corpus(verbs: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer_train(args: argparse.Namespace) -> int:
-    from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
-
     trained = train_tokenizer(
         args.corpus,
         args.vocab_size,
@@ -298,8 +305,6 @@ def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from tablefree.data.prepare import HubSource, PrepareSpec, merge_parts, prepare_part, prepare_single
-
     hub = None
     if args.hub:
         hub = HubSource(args.hub, args.hub_config, args.hub_split, args.hub_data_files)
@@ -423,8 +428,6 @@ def validation_summary(manifest: dict, wanted: int) -> list[str]:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    from tablefree.data.corpus import Corpus
-
     summary = Corpus(
         args.corpus,
         text_field=args.text_field,
@@ -441,10 +444,6 @@ def run_scan(args: argparse.Namespace) -> int:
 
 
 def run_adopt(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from tablefree.data.prepare import adopt_shards
-
     def expand(patterns: list[str]) -> list[Path]:
         files = []
         for pattern in patterns:
@@ -464,8 +463,6 @@ def run_adopt(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from tablefree.data.loader import verify_dataset
-
     check = verify_dataset(args.dir, hashes=not args.no_hash)
     print(check.format())
     return 0 if check.ok else 1

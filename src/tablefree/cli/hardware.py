@@ -11,6 +11,10 @@ from dataclasses import asdict
 
 import torch
 
+from tablefree import cpu_threads, hardware
+from tablefree.device import resolve_device
+from tablefree.precision import auto_may_pick_bf16, choose_precision, compiler_available
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -37,10 +41,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tablefree import cpu_threads, hardware
-    from tablefree.device import resolve_device
-    from tablefree.precision import auto_may_pick_bf16, choose_precision, compiler_available
-
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads: expected a positive number, got {args.threads}")

@@ -7,10 +7,16 @@ adapter ``tablefree.evaluate.lm_eval_adapter``.
 from __future__ import annotations
 
 import argparse
+import sys
+import warnings
 from pathlib import Path
 
+from tablefree.checkpoint.model_dir import load_model, read_model_config
+from tablefree.checkpoint.tokenizer import checked_tokenizer
 from tablefree.cli.eval import limit_arg
-from tablefree.export import EXPORT_FORMATS
+from tablefree.export import EXPORT_FORMATS, export_hf, import_hf
+from tablefree.fileio import read_json
+from tablefree.generate import GenerateSpec, generate, print_stream
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -158,8 +164,6 @@ def run_lm_eval_tasks(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from tablefree.export import export_hf
-
     out = export_hf(
         args.checkpoint,
         args.out_dir,
@@ -173,12 +177,6 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    import sys
-    import warnings
-
-    from tablefree.checkpoint.model_dir import read_model_config
-    from tablefree.export import import_hf
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = import_hf(args.hf_dir, args.out, overwrite=args.overwrite)
@@ -190,10 +188,6 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from tablefree.checkpoint.model_dir import load_model
-    from tablefree.checkpoint.tokenizer import checked_tokenizer
-    from tablefree.generate import GenerateSpec, generate, print_stream
-
     spec = GenerateSpec(  # checked here, before any work
         args.prompt,
         args.max_new_tokens,
@@ -221,8 +215,6 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def is_hf_export(path: str | Path) -> bool:
     """A Hugging Face model folder (``config.json`` naming its architectures), as ``tablefree export`` writes."""
-    from tablefree.fileio import read_json
-
     config = Path(path) / "config.json"
     return config.is_file() and isinstance((read_json(config) or {}).get("architectures"), list)
 

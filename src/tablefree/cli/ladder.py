@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from tablefree import stats
+from tablefree.fileio import read_json
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tablefree.fileio import read_json
     from tablefree.report.ladder import ladder_data, write_ladder
 
     if bool(args.rungs) == bool(args.data):

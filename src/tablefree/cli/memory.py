@@ -7,6 +7,10 @@ import argparse
 import json
 from pathlib import Path
 
+from tablefree.config_parsing import parse_bytes
+from tablefree.fileio import read_json
+from tablefree.train.recipe import load_train_config
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -51,10 +55,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tablefree.config_parsing import parse_bytes
-    from tablefree.fileio import read_json
     from tablefree.train.memory_plan import launch_shape, plan_memory, visible_device_memory
-    from tablefree.train.recipe import load_train_config
 
     overrides = list(args.overrides)
     if args.preset is not None:

@@ -5,6 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+
+from tablefree.checkpoint.layout import has_checkpoints
+from tablefree.config_parsing import from_dict_with_overrides, to_dict
+from tablefree.data.loader import Dataset, TokenLoader, verify_dataset
+from tablefree.params import param_breakdown
+from tablefree.rundir import SWEEP_CONFIG
+from tablefree.train.recipe import TrainConfig, load_train_config, plan
+
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -64,9 +73,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tablefree.config_parsing import to_dict
-    from tablefree.rundir import SWEEP_CONFIG
-    from tablefree.train.recipe import load_train_config
     from tablefree.train.resume import CONFIG_FILE, nothing_to_resume, recorded_config
     from tablefree.train.trainer import train
 
@@ -93,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
     name = config_path.stem if config_path is not None else "default"
     run_dir = args.run_dir or Path("runs") / f"{name}-{config.model.interface.name}-seed{config.seed}"
     if args.print_config:
-        import yaml
-
         # Check all of it before printing anything, as training would: the dataset and its shards, the run
         # directory, and building the model on the meta device (the interface and its options) at no cost.
         model_config, run_plan, parameters = check_before_training(config, run_dir, resume, args.allow_change)
@@ -111,9 +115,6 @@ def run(args: argparse.Namespace) -> int:
 
 def load_recorded_config(recipe: dict, overrides: list[str], where: Path):
     """A TrainConfig from a run's recorded recipe (a dict) and command-line overrides."""
-    from tablefree.config_parsing import from_dict_with_overrides
-    from tablefree.train.recipe import TrainConfig
-
     return from_dict_with_overrides(TrainConfig, recipe, overrides, str(where))
 
 
@@ -122,10 +123,6 @@ def check_before_training(config, run_dir: Path, resume: bool | str, allow_chang
     against it (sizes; sha256 when small, as the trainer does) and enough tokens per split for a window, the
     run directory (a run to resume, or none to overwrite), the model and the step plan. Returns (model config,
     plan, trainable parameters); raises as training would."""
-    from tablefree.checkpoint.layout import has_checkpoints
-    from tablefree.data.loader import Dataset, TokenLoader, verify_dataset
-    from tablefree.params import param_breakdown
-    from tablefree.train.recipe import plan
     from tablefree.train.resume import check_resumable, nothing_to_resume, verify_dataset_matches_run
 
     dataset = Dataset.open(config.data.dir)

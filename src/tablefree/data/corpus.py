@@ -413,6 +413,7 @@ class Corpus:
         yield from bad.summary()
 
     def _parquet_documents(self, source: SourceFile) -> Iterator[str | Junk]:
+        # pyarrow is imported where Parquet or Arrow is read: every verb loads this module, few read columns
         import pyarrow.parquet as pq
 
         bad = BadCharacters(source.rel)

@@ -24,6 +24,8 @@ import torch
 
 from tablefree.data.records import MANIFEST, read_manifest
 from tablefree.data.shards import open_shard, read_header
+from tablefree.data.tokenizer import tokenizer_hash
+from tablefree.fileio import sha256_file
 
 AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)
 
@@ -117,8 +119,6 @@ def verify_dataset(
 
 
 def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> list[str]:
-    from tablefree.fileio import sha256_file
-
     problems = []
     vocab = manifest.get("vocab_size")
     for name, shard in files:
@@ -132,8 +132,6 @@ def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> 
             problems.append(f"{name}: {path} holds token id {int(tokens.max())}, outside vocab_size {vocab}")
     tokenizer_file = manifest.get("tokenizer_file")
     if tokenizer_file and "tokenizer_hash" in manifest:
-        from tablefree.data.tokenizer import tokenizer_hash
-
         path = data_dir / tokenizer_file
         try:
             if tokenizer_hash(path) != manifest["tokenizer_hash"]:

@@ -72,7 +72,7 @@ from tablefree.data.parts import (
     part_lock,
 )
 from tablefree.data.records import MANIFEST, read_manifest
-from tablefree.data.shards import dtype_for_vocab, version_for_vocab
+from tablefree.data.shards import dtype_for_vocab, open_shard, version_for_vocab
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -592,8 +592,6 @@ def adopt_shards(
     ``TokenLoader`` and training read them. The shards must lie in ``data_dir``; each header is checked, and
     ``tokenizer`` (e.g. GPT-2's tokenizer.json for FineWeb shards) is copied in. Document counts are the
     number of EOT tokens, under llm.c's convention that EOT precedes every document."""
-    from tablefree.data.shards import open_shard
-
     data_dir = Path(data_dir)
     tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
     eot, vocab = eot_id(tok), tok.get_vocab_size(with_added_tokens=True)

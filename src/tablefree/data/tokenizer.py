@@ -12,6 +12,7 @@ id 0. Training is deterministic for a given corpus and settings.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -183,8 +184,6 @@ def is_split_safe(tokenizer: Tokenizer) -> bool:
     """True when encoding a text in pieces cut by :func:`split_points` gives exactly the tokens of the whole:
     no normalizer, and GPT-2's byte-level pre-tokenizer without a prefix space (its regex never joins a
     newline to a following non-space character)."""
-    import json
-
     spec = json.loads(tokenizer.to_str())
     pre = spec.get("pre_tokenizer") or {}
     return (

@@ -19,6 +19,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from tablefree.evaluate.tasks import TASKS, parse_task_names
 from tablefree.fileio import write_bytes_atomic
 
@@ -97,9 +100,6 @@ def fetch(url: str, timeout: float) -> bytes:
 
 def parquet_to_jsonl(data: bytes, where: str) -> bytes:
     """The rows of a parquet file as JSONL, ``json.dumps(row)`` per line (the layout of the eval directory)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     try:
         rows = pq.read_table(pa.BufferReader(data)).to_pylist()
     except Exception as error:

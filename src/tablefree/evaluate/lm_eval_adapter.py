@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import lm_eval
 import torch
 import yaml
+from lm_eval.__main__ import cli_evaluate
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import model_registry
 from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
@@ -250,8 +252,6 @@ def write_local_tasks(
     them (default: all). ``data_dir`` is found as for ``tablefree eval``; the paths written into the YAML are
     absolute. Returns {our task name: lm-eval task name}.
     """
-    import lm_eval
-
     official = Path(lm_eval.__file__).parent / "tasks"
     out_dir = Path(out_dir).resolve()  # absolute data paths: the YAML works from any directory
     names = parse_task_names(tasks) if tasks else list(TASKS)
@@ -301,8 +301,6 @@ def run_cli(argv: list[str]) -> None:
 
     lm-eval's CLI passes ``batch_size=1`` unless ``--batch_size`` is given; for ``--model tablefree`` we pass
     the engine's own default (or ``batch_size`` from ``--model_args``) instead."""
-    from lm_eval.__main__ import cli_evaluate
-
     saved = sys.argv
     sys.argv = ["lm-eval", *with_default_batch_size(argv)]
     try:

@@ -15,11 +15,19 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tablefree import stats
+import torch
+
+from tablefree import __version__, stats
+from tablefree.analysis.frequency_bands import sweep_frequency_bands
+from tablefree.analysis.sweep import sweep_analysis
 from tablefree.config_parsing import load_yaml
+from tablefree.evaluate.evaluator import git_commit as source_commit
 from tablefree.fileio import strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison, curves, regime, tuning
 from tablefree.report.data import DATA_FILE, report_data, run_row
+from tablefree.report.figures import draw_figures
+from tablefree.report.markdown import render_markdown
+from tablefree.report.scaling_figures import draw_scaling_figures
 from tablefree.rundir import RUN_FILES, Run, find_runs, sweep_config
 
 __all__ = ["build_report", "verdict"]
@@ -31,10 +39,6 @@ def build_report(
     """Write ``report.md``, ``report.json``, ``report_data.json`` and ``figures/*.png`` into ``sweep_dir``;
     return the JSON report. ``predict_at`` (token budgets, e.g. ["17B", "100B"]) replaces the sweep config's
     budgets at which the fitted curves predict the gaps."""
-    from tablefree.report.figures import draw_figures
-    from tablefree.report.markdown import render_markdown
-    from tablefree.report.scaling_figures import draw_scaling_figures
-
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"sweep directory not found: {sweep_dir}")
@@ -130,8 +134,6 @@ def assemble(
 
 def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
     """The runs' ``tablefree analyze`` results side by side (compare's ``analysis: true``), or None."""
-    from tablefree.analysis.sweep import sweep_analysis
-
     return sweep_analysis(runs, sweep_dir)
 
 
@@ -140,8 +142,6 @@ def _frequency_bands(
 ) -> list[dict[str, Any]]:
     """Per grid point, each compared pair's validation gap split by frequency band of the input and of the
     target token (``tablefree.analysis.frequency_bands``)."""
-    from tablefree.analysis.frequency_bands import sweep_frequency_bands
-
     pairs = comparison.interface_pairs(interfaces, controls)
     return sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot)
 
@@ -175,12 +175,8 @@ def _train_config(runs: list[Run]) -> dict[str, Any] | None:
 
 def git_commit() -> dict[str, Any]:
     """The commit of the tablefree checkout (and whether it has uncommitted changes), when it is one."""
-    from tablefree.evaluate.evaluator import git_commit as source_commit
-
     commit = source_commit()
     if commit is None:
-        from tablefree import __version__
-
         return {"commit": None, "dirty": None, "version": __version__}
     try:
         status = subprocess.run(
@@ -196,8 +192,6 @@ def git_commit() -> dict[str, Any]:
 
 
 def environment() -> dict[str, Any]:
-    import torch
-
     env = {
         "python": platform.python_version(),
         "torch": torch.__version__,

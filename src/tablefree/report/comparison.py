@@ -16,6 +16,8 @@ import numpy as np
 from tablefree import stats
 from tablefree.compat import ESTIMATE_KEYS
 from tablefree.config_parsing import load_yaml
+from tablefree.data.loader import read_manifest, split_shards
+from tablefree.data.shards import open_shard
 from tablefree.rundir import RUN_FILES, Run, first_number, read_jsonl
 from tablefree.units import human
 
@@ -437,9 +439,6 @@ def unigram_baseline(runs: list[Run]) -> dict[str, Any] | None:
         return None
     scored = (validation_set(runs) or {}).get("coverage") or {}
     try:
-        from tablefree.data.loader import read_manifest, split_shards
-        from tablefree.data.shards import open_shard
-
         vocab = int(read_manifest(data_dir)["vocab_size"])
         train = sum(
             np.bincount(open_shard(p), minlength=vocab)[:vocab] for p in split_shards(data_dir, "train")

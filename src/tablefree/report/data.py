@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tablefree.analysis.frequency_bands import sweep_frequency_bands
 from tablefree.compat import ESTIMATE_KEYS
 from tablefree.fileio import read_json
 from tablefree.report import comparison
@@ -115,8 +116,6 @@ def runs_from_data(data: dict[str, Any]) -> list[DataRun]:
 def statistics_from_data(path: str | Path, n_boot: int) -> dict[str, list[dict[str, Any]]]:
     """The validation comparisons, the gap curves and the frequency-band split of a report, recomputed from
     ``report_data.json`` alone (benchmark comparisons need the per-example files and are not in it)."""
-    from tablefree.analysis.frequency_bands import sweep_frequency_bands
-
     data = read_json(path)
     runs = runs_from_data(data)
     interfaces = comparison.ordered_interfaces(runs)

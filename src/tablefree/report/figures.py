@@ -26,6 +26,7 @@ def interface_colors(interfaces: list[str]) -> dict[str, str]:
 def draw_figures(runs: list[Run], report: dict[str, Any], out_dir: Path) -> list[dict]:
     """Loss curves, final metrics per seed, the paired differences, the gap against tokens, and (for a grid)
     validation loss against tokens and parameters. Returns [{"path", "title"}] of the figures drawn."""
+    # matplotlib is imported where a figure is drawn: it is heavy, and only the verbs that draw need it
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -402,6 +402,7 @@ def _fmt_ratio(rung: dict[str, Any], code: str, tokens: float) -> str:
 
 def draw_ladder(report: dict[str, Any], path: Path) -> None:
     """Each gap against layers (left) and against compute (right), one line per ratio, 95% interval bars."""
+    # matplotlib is imported where a figure is drawn: it is heavy, and only the verbs that draw need it
     import matplotlib
 
     matplotlib.use("Agg", force=True)

@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from tablefree.analysis.frequency_bands import frequency_bands_markdown
+from tablefree.analysis.sweep import sweep_analysis_markdown
 from tablefree.evaluate.validation import format_coverage
 from tablefree.report.comparison import UNIGRAM_FLAG, VAL_LOSS, few_seeds_sentence
 from tablefree.report.scaling_markdown import EVALUATION_NAME, fitted_curves_section
@@ -475,14 +477,10 @@ def _figures(report: dict[str, Any]) -> str:
 
 
 def _analysis(report: dict[str, Any]) -> str:
-    from tablefree.analysis.sweep import sweep_analysis_markdown
-
     return sweep_analysis_markdown(report.get("analysis"))
 
 
 def _frequency_bands(report: dict[str, Any]) -> str:
-    from tablefree.analysis.frequency_bands import frequency_bands_markdown
-
     return frequency_bands_markdown(report.get("frequency_bands") or []).rstrip()
 
 

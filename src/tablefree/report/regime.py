@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from tablefree.config_parsing import load_yaml
+from tablefree.model_config import preset
 from tablefree.params import param_breakdown
 from tablefree.report import comparison
 from tablefree.rundir import RUN_FILES, Run
@@ -47,8 +48,6 @@ def regime(runs: list[Run], points: list[str]) -> list[dict[str, Any]]:
         rows.append(row)
     if not rows:
         return []
-    from tablefree.model_config import preset
-
     for paper in PAPERS:
         config = preset(paper["preset"], interface="learned")
         breakdown = param_breakdown(config)  # on the meta device: nothing is allocated

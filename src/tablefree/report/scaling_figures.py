@@ -25,6 +25,7 @@ def draw_scaling_figures(
 ) -> list[dict]:
     """Two PNGs per fit that was not refused, ``scaling_{loss,gap}_{what}.png`` in ``out_dir``; returns
     [{"path", "title"}] (paths relative to the report directory, as ``figures/NAME``)."""
+    # matplotlib is imported where a figure is drawn: it is heavy, and only the verbs that draw need it
     import matplotlib
 
     matplotlib.use("Agg", force=True)

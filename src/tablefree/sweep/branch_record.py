@@ -11,8 +11,11 @@ Below the rest of ``tablefree.sweep`` and below ``tablefree.report`` (like ``swe
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from tablefree.checkpoint import layout
 from tablefree.config_parsing import load_yaml
@@ -95,6 +98,8 @@ def dependency_digests(checkpoint: Path) -> dict[str, str]:
     tokens seen, the loader's position). Left out: wall-clock fields and the unseeded global random-generator
     states in ``train_state.pt``, which differ between two trainings of the same run, so the file's digest
     alone would refuse a trunk retrained bit for bit."""
+    # Imported here: it loads torch.distributed.checkpoint, which the report and status verbs (readers of
+    # branch records) never need
     from tablefree.checkpoint.training import load_train_state
 
     files = read_json(checkpoint / layout.COMPLETE_MARKER).get("sha256") or {}
@@ -139,10 +144,6 @@ def _changed_dependencies(run_dir: Path, record: dict[str, Any], checkpoint: Pat
 def _digest(value: Any) -> str:
     """sha256 of nested dicts, lists, tensors and plain values, the same for equal contents (dict order and
     tensor storage aside)."""
-    import hashlib
-
-    import torch
-
     digest = hashlib.sha256()
 
     def feed(item: Any) -> None:

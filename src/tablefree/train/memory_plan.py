@@ -155,6 +155,8 @@ class _StepTracker:
     (their update at every op is what makes the plain tracker slow on a large model)."""
 
     def __init__(self) -> None:
+        # torch's private tracker modules, imported where used: they differ between torch versions, and
+        # tracer_available must be able to load this module to say what is missing
         from torch.distributed._tools.common_utils import get_untyped_storages
         from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.nn.parallel import DistributedDataParallel
 
 from tablefree.device import resolve_device
 
@@ -100,8 +102,6 @@ def parallelize(
     """
     blocks = model.layers
     if activation_checkpointing:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
         for index, block in enumerate(blocks):
             blocks[index] = checkpoint_wrapper(block, preserve_rng_state=False)
     if compile:
@@ -119,8 +119,6 @@ def parallelize(
     if is_on_meta(model):
         materialize(model, info.device, seed)
     if info.world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
         device_ids = [info.device.index] if info.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
     return model
