@@ -107,6 +107,7 @@ def test_type_disjoint_probes_cannot_memorise_types():
     assert canonical["code_sets"]["canonical"]["accuracy"][0] == [1.0] * 7
 
 
+@pytest.mark.slow  # 10-11 CPU s in the full suite: over the guard's limit for unmarked tests
 def test_mlp_probe_reads_the_xor_that_the_linear_probe_cannot():
     # An affine model's input is c' = A·c ⊕ b, so each canonical bit of c is an XOR of input bits: no linear
     # probe reads it from layer 0, by construction. The MLP probe must, on token types it never saw (K = 10,

@@ -416,6 +416,7 @@ def synthetic_runs(tmp_path: Path, budgets: list[int], seeds: list[int]) -> tupl
     return runs, {"grid_points": points}
 
 
+@pytest.mark.slow  # 10-11 CPU s in the full suite: over the guard's limit for unmarked tests
 def test_fitted_curves_of_a_branched_budget_grid(tmp_path: Path) -> None:
     from tablefree.report.curves import fitted_curves
 

@@ -490,6 +490,7 @@ def test_report_fits_on_the_window_refuses_too_few_budgets_and_recomputes_from_i
     assert json.loads(json.dumps(again)) == json.loads(json.dumps(report))
 
 
+@pytest.mark.slow  # 10-11 CPU s in the full suite: over the guard's limit for unmarked tests
 def test_offset_power_law_follows_a_plateau_the_power_law_misses_and_its_backtests_say_so():
     """Noiseless curves with a plateau (D0 = 2M): the offset law describes them and predicts every larger budget
     from every window; the power law does not describe them and fails its backtests."""
