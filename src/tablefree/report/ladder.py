@@ -408,7 +408,9 @@ def draw_ladder(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    codes = report["interfaces"]
+    codes = list(dict.fromkeys(entry["code"] for entry in report["across"]))  # measured on two rungs or more
+    if not codes:
+        return
     figure, axes = plt.subplots(len(codes), 2, figsize=(11, 3.8 * len(codes)), squeeze=False)
     markers = ["o", "s", "^", "D", "v"]
     for row_axes, code in zip(axes, codes, strict=True):
