@@ -64,15 +64,15 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     lines: list[str] = []
     result = demo.run_demo(corpus=corpus, out=tmp_path / "demo", seeds=[0, 1], log=lines.append)
 
-    assert result["runs"] == {f"{i}-s{s}": "done" for i in ("learned", "canonical", "affine") for s in (0, 1)}
+    assert result["runs"] == {f"{i}-s{s}": "done" for i in ("learned", "canonical") for s in (0, 1)}
     # the shipped tiny recipe (package data), with the demo's changes
     recipe = json.loads(json.dumps(result["report"]["train_config"]))
     assert recipe["optim"]["lr"] == 2.0e-3 and recipe["batch_tokens"] == 1024 and recipe["seq_len"] == 128
     # + the few-seeds caveat, once (2 seeds), and one validation sentence per pair
-    assert len(result["summary"]) == 3 + 1 + 3
+    assert len(result["summary"]) == 3 + 1 + 1
     assert result["summary"][3].startswith("With 2 seeds nothing is called resolved")
     assert result["summary"][4].startswith("learned vs canonical: ")
-    assert result["summary"][0].startswith("validation loss") and "affine" in result["summary"][0]
+    assert result["summary"][0].startswith("validation loss") and "canonical" in result["summary"][0]
     assert "canonical" in result["summary"][1] and "%" in result["summary"][1]
     markdown = (tmp_path / "demo" / "report.md").read_text()
     assert "Benchmarks not scored (hellaswag, piqa, lambada)" in markdown
@@ -82,15 +82,15 @@ def test_demo_end_to_end_without_benchmark_data(tmp_path: Path, monkeypatch) -> 
     assert recipe["precision"] == "fp32"  # pinned, not `auto` resolving to fp32 on this machine
     summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "demo").rglob("summary.json"))]
     evaluations = [json.loads(p.read_text()) for p in sorted((tmp_path / "demo").rglob("eval.json"))]
-    assert len(summaries) == len(evaluations) == 6
+    assert len(summaries) == len(evaluations) == 4
     assert {summary["precision"] for summary in summaries} == {"fp32"}
     assert {(e["dtype"], e["dtype_reason"]) for e in evaluations} == {("fp32", "as configured")}
     assert any("each, fp32; evaluating" in line for line in lines)
 
 
 def test_demo_trains_the_interfaces_asked_for(tmp_path: Path, monkeypatch) -> None:
-    """`tablefree demo --interfaces learned,canonical` (the headline pair alone) reaches run_demo; the default
-    stays the three interfaces."""
+    """`tablefree demo --interfaces learned,canonical,affine` reaches run_demo; the default is the headline
+    pair."""
     from tablefree import demo
     from tablefree.cli import main
 
@@ -98,7 +98,7 @@ def test_demo_trains_the_interfaces_asked_for(tmp_path: Path, monkeypatch) -> No
     monkeypatch.setattr(
         demo, "run_demo", lambda **kw: calls.append(kw) or {"out": kw["out"], "summary": [], "failed": []}
     )
-    assert main(["demo", "--interfaces", "learned,canonical", "--out", str(tmp_path)]) == 0
+    assert main(["demo", "--interfaces", "learned,canonical,affine", "--out", str(tmp_path)]) == 0
     assert main(["demo", "--out", str(tmp_path)]) == 0
-    assert [call["interfaces"] for call in calls] == [["learned", "canonical"], None]
-    assert demo.DEMO_INTERFACES == ("learned", "canonical", "affine")
+    assert [call["interfaces"] for call in calls] == [["learned", "canonical", "affine"], None]
+    assert demo.DEMO_INTERFACES == ("learned", "canonical")
