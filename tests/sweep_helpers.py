@@ -23,6 +23,21 @@ RECIPE = {
     "checkpoint_every": 1000,
 }
 
+# the branched-budget toy recipe (tests/test_compare_branch.py, tests/test_sweep_trips.py): wsd, pinned arithmetic
+BRANCH_RECIPE = {
+    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_seq_len": 32},
+    "batch_tokens": 256,
+    "micro_batch": 8,
+    "seq_len": 32,
+    "optim": {"lr": 3e-3},
+    "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
+    "compile": False,
+    "precision": "fp32",
+    "log_every": 1,
+    "val_every": 4,
+    "val_batches": 2,
+}
+
 
 def topics_dataset(root: Path) -> Path:
     from pydoc_data.topics import topics

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweep_helpers import BRANCH_RECIPE as RECIPE
 from sweep_helpers import topics_dataset
 from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict, to_dict
@@ -16,20 +17,6 @@ from tablefree.sweep.grid import rate_name
 from tablefree.sweep.plan import plan_runs
 from tablefree.train.recipe import TrainConfig, decay_start, lr_at
 from train_helpers import make_dataset, micro_config
-
-RECIPE = {
-    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_seq_len": 32},
-    "batch_tokens": 256,
-    "micro_batch": 8,
-    "seq_len": 32,
-    "optim": {"lr": 3e-3},
-    "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
-    "compile": False,
-    "precision": "fp32",
-    "log_every": 1,
-    "val_every": 4,
-    "val_batches": 2,
-}
 
 
 def branched(tmp_path: Path, data: Path, **grid) -> CompareConfig:

@@ -11,25 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from sweep_helpers import BRANCH_RECIPE as RECIPE
 from sweep_helpers import topics_dataset
 from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict
 from tablefree.sweep.plan import Branch, RunPlan
 from tablefree.train.recipe import TrainConfig
-
-RECIPE = {
-    "model": {"preset": "tiny", "d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_seq_len": 32},
-    "batch_tokens": 256,
-    "micro_batch": 8,
-    "seq_len": 32,
-    "optim": {"lr": 3e-3},
-    "schedule": {"name": "wsd", "warmup_steps": 2, "decay_fraction": 0.25},
-    "compile": False,
-    "precision": "fp32",
-    "log_every": 1,
-    "val_every": 4,
-    "val_batches": 2,
-}
 
 
 @pytest.fixture(scope="module")
