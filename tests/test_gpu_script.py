@@ -32,7 +32,7 @@ def copied_tree(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A copy of the working tree's benchmarks and sources with ../shared out of reach, as on the GPU machine, and
     an environment that blocks zstandard in every Python the script starts (sitecustomize)."""
     tree = tmp_path / "tree"
-    for part in ("benchmarks", "src"):
+    for part in ("benchmarks", "configs", "src"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
     block = tmp_path / "block"
     block.mkdir()

@@ -92,9 +92,9 @@ def read_with_every_reader(
 ) -> dict[str, object]:
     """Each reader's result on ``run_dir``, or the message of the CheckpointError it was refused with (for
     ``tablefree generate``, the command line's one-line error)."""
-    from tablefree.analysis import run_analysis
+    from tablefree.analysis import AnalyzeSpec, run_analysis
     from tablefree.cli import main
-    from tablefree.evaluate import run_eval
+    from tablefree.evaluate import EvalSpec, run_eval
     from tablefree.evaluate.lm_eval_adapter import TablefreeLMEval
     from tablefree.export import export_hf
 
@@ -119,9 +119,11 @@ def read_with_every_reader(
 
     readers = {
         "export": lambda: export_hf(run_dir, tmp_path / "hf", verify=verify),
-        "eval": lambda: run_eval(run_dir, ["validation"], val_data=data_dir, limit=2, verify=verify),
+        "eval": lambda: run_eval(
+            EvalSpec(run_dir, ["validation"], val_data=data_dir, limit=2, verify=verify)
+        ),
         "generate": generate,
-        "analyze": lambda: run_analysis(run_dir, data=data_dir, positions=64, verify=verify),
+        "analyze": lambda: run_analysis(AnalyzeSpec(run_dir, data=data_dir, positions=64, verify=verify)),
         "lm-eval": lambda: TablefreeLMEval(checkpoint=str(run_dir), verify=verify),
     }
     results: dict[str, object] = {}
