@@ -194,7 +194,8 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
             entry["ratios"].append(row)
         entry["token_ratio"] = token_ratio(observations)
         result["rungs"].append(entry)
-    assert weights is not None
+    if weights is None:
+        raise ValueError(f"no rung has paired {REFERENCE} and other runs to compare")
     for ratio in ratios:
         for code in interfaces:
             present = [r for r in result["rungs"] if (r["name"], ratio, code) in gaps]
@@ -241,9 +242,8 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
 
 
 def _interfaces(rungs: list[dict]) -> list[str]:
-    found = [set(r["interface"] for r in rung["runs"]) for rung in rungs]
-    ordered = dict.fromkeys(r["interface"] for rung in rungs for r in rung["runs"])
-    return [i for i in ordered if any(i in f for f in found)]
+    """Every interface trained on any rung, in the order the rungs list them."""
+    return list(dict.fromkeys(r["interface"] for rung in rungs for r in rung["runs"]))
 
 
 def _validation(run: Any) -> dict[str, Any]:
