@@ -35,6 +35,9 @@ LISTED_SECONDS = 0.5
 _spent_key = pytest.StashKey[dict]()
 _fixtures_key = pytest.StashKey[list]()
 _state_key = pytest.StashKey[dict]()
+_summary_fixtures_key = pytest.StashKey[list]()
+CPU_SECONDS = "cpu_guard_seconds"  # report.user_properties: (CPU seconds, marked slow)
+SHARED_SETUPS = "cpu_guard_shared_setups"  # report.user_properties: the shared fixtures set up in this test
 
 
 def cpu_seconds() -> float:
@@ -66,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--cpu-limit: expected seconds >= 0 (0 turns the guard off), got {limit}")
     config.stash[_spent_key] = {}
     config.stash[_fixtures_key] = []
+    config.stash[_summary_fixtures_key] = []
+    config.pluginmanager.register(_Collector(config), "cpu_guard_collector")
     # start: CPU seconds when the running test's setup began; shared: CPU seconds its shared fixtures took;
     # depth: nesting of shared fixture setups (one shared fixture may set up another)
     config.stash[_state_key] = {"start": None, "shared": 0.0, "depth": 0}
@@ -109,7 +114,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when != "call" or state["start"] is None:
         return
     seconds = cpu_seconds() - state["start"] - state["shared"]
-    item.config.stash[_spent_key][item.nodeid] = (seconds, _is_slow(item))
+    # on the report, so that the process writing the summary has it also when xdist's workers ran the tests
+    report.user_properties.append((CPU_SECONDS, (seconds, _is_slow(item))))
+    fixtures = item.config.stash[_fixtures_key]
+    report.user_properties.append((SHARED_SETUPS, list(fixtures)))
+    fixtures.clear()
     limit = item.config.getoption("--cpu-limit")
     if limit and report.passed and not _is_slow(item) and seconds > limit:
         report.outcome = "failed"
@@ -119,6 +128,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             f"mark it @pytest.mark.slow if it is an end-to-end test (the rule: over {SLOW_CPU_SECONDS:g} CPU "
             f"seconds on the development machine; tests/cpu_guard.py)."
         )
+
+
+class _Collector:
+    """Gathers the figures from the tests' reports in the process that writes the summary (pytest's own, or
+    xdist's controller when workers ran the tests)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        properties = dict(report.user_properties)
+        if CPU_SECONDS in properties:
+            self.config.stash[_spent_key][report.nodeid] = tuple(properties[CPU_SECONDS])
+            self.config.stash[_summary_fixtures_key].extend(map(tuple, properties[SHARED_SETUPS]))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -136,7 +159,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for label, want in (("slow", True), ("not slow", False)):
         total = sum(s for s, slow in spent.values() if slow == want)
         write(f"total CPU seconds of the {label} tests: {total:.1f}")
-    shared = [(name, s) for name, s in config.stash[_fixtures_key] if s >= listed]
+    shared = [(name, s) for name, s in config.stash[_summary_fixtures_key] if s >= listed]
     if shared:
         write("shared fixtures' setup (in no test's figure above):")
         for name, seconds in sorted(shared, key=lambda pair: -pair[1]):

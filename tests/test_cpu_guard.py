@@ -4,6 +4,8 @@ not count against it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -100,3 +102,17 @@ def test_the_guard_is_off_at_limit_zero_and_refuses_a_negative_limit(guarded: py
     refused = guarded.runpytest_inprocess("-p", "cpu_guard", "--cpu-limit=-1")
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.fnmatch_lines(["*--cpu-limit: expected seconds >= 0*got -1.0*"])
+
+
+def test_the_guard_and_its_list_work_when_xdist_workers_run_the_tests(
+    guarded: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` runs the suite on xdist workers: the verdicts are the workers', the list the controller's."""
+    pytest.importorskip("xdist")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # where the workers import cpu_guard from
+    result = guarded.runpytest_subprocess(
+        "-p", "cpu_guard", f"--cpu-limit={LIMIT}", "--cpu-times", "-n", "2", "-p", "xdist"
+    )
+    result.assert_outcomes(passed=3, failed=3)
+    assert sum(line.startswith("cpu guard: this test spent") for line in result.outlines) == 2
+    result.stdout.fnmatch_lines(["*test_suite.py::test_busy_marked_slow  slow", "*module expensive_shared"])

@@ -41,7 +41,7 @@ def copied_tree(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         os.environ,
         PYTHON=sys.executable,
         PYTHONPATH=str(block),
-        OMP_NUM_THREADS="2",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),  # one under `make test`'s workers
         TABLEFREE_PEAK_FLOPS_CACHE=str(tmp_path / "peak_flops.json"),
     )
     return tree, env
