@@ -28,6 +28,13 @@ SPLITS = ("train", "val")
 PLAN_RULE = "plan"  # the seeded plan over all documents (plan_validation)
 KEYED_HASH_RULE = "keyed-hash"  # a keyed hash of each document's file and position (KeyedHashDocuments)
 SPLIT_RULES = (KEYED_HASH_RULE, PLAN_RULE)
+# What the keyed-hash rule keys a document by besides its file (``settings.position`` of its datasets; datasets and
+# parts prepared before it was recorded keyed every document by its number among its file's valid documents, which
+# a part holding a later span of a file cannot know).
+KEYED_HASH_POSITION = (
+    "a .jsonl line's byte offset and a parquet row's index (junk rows counted) in its file (files read in spans); "
+    "the document's number among its file's valid documents in other files"
+)
 # The keyed-hash rule's cap on the validation split: validation documents that start after the split holds this
 # many tokens are left out of both splits. A full validation pass over 10M tokens costs about a third of training
 # on 10M tokens (forward only): 0.003% of a 100B-token run, where val_fraction 0.005 alone would hold ~500M tokens.
@@ -290,7 +297,8 @@ class KeyedHashDocuments:
         self.rule = KEYED_HASH_RULE
         self.description = (
             f"keyed-hash: blake2b keyed by the seed over (file, document position) < {share:.6g} (of the text): "
-            f"short documents whole, long ones one section of {section_chars} characters"
+            f"short documents whole, long ones one section of {section_chars} characters; position: "
+            f"{KEYED_HASH_POSITION}"
         )
 
     def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:

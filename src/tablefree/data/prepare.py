@@ -49,6 +49,7 @@ from tablefree.data.documents import (
     DEFAULT_VAL_DOCUMENTS,
     DEFAULT_VAL_MAX_TOKENS,
     DEFAULT_VAL_SECTION_CHARS,
+    KEYED_HASH_POSITION,
     KEYED_HASH_RULE,
     MIN_VAL_SECTION_CHARS,
     PLAN_RULE,
@@ -68,11 +69,11 @@ from tablefree.data.parts import (
     feed_parts,
     file_sizes,
     part_dir,
-    part_file_ranges,
     part_lock,
 )
-from tablefree.data.records import MANIFEST, read_manifest
+from tablefree.data.records import MANIFEST, read_manifest, read_part_record
 from tablefree.data.shards import dtype_for_vocab, open_shard, version_for_vocab
+from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, file_spans, plan_pieces
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -145,6 +146,7 @@ class PrepareSpec:
     strict: bool = False
     gutenberg: bool = False
     max_expansion: float = DEFAULT_MAX_EXPANSION
+    span_bytes: int = DEFAULT_SPAN_BYTES
     max_documents: int | None = None
     workers: int | None = None
     overwrite: bool = False
@@ -166,22 +168,33 @@ class PrepareSpec:
             raise ValueError(f"val_max_tokens must be positive, got {self.val_max_tokens}")
         if self.shard_tokens < 1:
             raise ValueError(f"shard_tokens must be positive, got {self.shard_tokens}")
+        if self.span_bytes < 1:
+            raise ValueError(f"span_bytes must be positive, got {self.span_bytes}")
         if self.split_rule not in SPLIT_RULES:
             raise ValueError(f"split_rule must be one of {', '.join(SPLIT_RULES)}, got {self.split_rule!r}")
         if bool(self.corpus) == (self.hub is not None):
             raise ValueError("give exactly one of a corpus path and a hub dataset")
 
-    def reader(self, files: tuple[int, int] | None = None) -> Corpus:
-        """The corpus (or the files ``files`` of its listing), keeping document lengths only for the plan."""
+    def reader(self, pieces: list[Piece] | None = None) -> Corpus:
+        """The corpus (or the pieces ``pieces`` of its files), keeping document lengths only for the plan, read in
+        spans only under the keyed-hash rule (the plan reads whole files, as it always has)."""
+        keyed = self.split_rule == KEYED_HASH_RULE
         return Corpus(
             list(self.corpus),
             text_field=self.text_field,
             strict=self.strict,
             gutenberg=self.gutenberg,
             max_expansion=self.max_expansion,
-            files=files,
-            lengths=self.split_rule == PLAN_RULE,
+            span_bytes=self.span_bytes if keyed else None,
+            pieces=pieces,
+            lengths=not keyed,
         )
+
+    def plan(self, listing: Corpus, n: int) -> list[list[Piece]]:
+        """The pieces of each of ``n`` parts: the listed files' spans (sizes and parquet footers, no text) cut into
+        ``n`` contiguous runs of about equal weight."""
+        spans = [file_spans(source, self.span_bytes, self.text_field) for source in listing.listed]
+        return plan_pieces(spans, n)
 
     def share(self, reader: Corpus) -> float:
         """The keyed-hash rule's share of the text held out, from the corpus files' sizes (every part knows them)."""
@@ -203,6 +216,8 @@ class PrepareSpec:
         }
         if rule == KEYED_HASH_RULE:
             settings["val_max_tokens"] = self.val_max_tokens
+            settings["position"] = KEYED_HASH_POSITION
+            settings["span_bytes"] = self.span_bytes
         return settings
 
     def across_jobs(self, what: str) -> None:
@@ -295,7 +310,7 @@ def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
     if spec.hub is None:
         reader = spec.reader()
         summary = _scanned(spec, reader)
-        sources = [asdict(f) for f in summary.files]
+        sources = [f.record() for f in summary.files]
     else:
         reader = summary = None
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
@@ -330,8 +345,7 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
     if (out_dir / MANIFEST).exists():
         raise ValueError(f"{out_dir / MANIFEST}: the dataset is complete already; a part of it is not needed")
     listing = spec.reader()
-    files = part_file_ranges(file_sizes(listing.listed), n)[index - 1]
-    reader = spec.reader(files)
+    reader = spec.reader(spec.plan(listing, n)[index - 1])
     summary = _scanned(spec, reader)
     docs = KeyedHashDocuments(reader, spec.share(listing), spec.val_section_chars, spec.seed)
     tok = load_tokenizer(spec.tokenizer) if not isinstance(spec.tokenizer, Tokenizer) else spec.tokenizer
@@ -353,7 +367,7 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
             "tokenizer_hash": tokenizer_hash(tok),
             "settings": spec.settings(KEYED_HASH_RULE),
             "corpus_bytes": sum(file_sizes(listing.listed)),
-            "sources": [asdict(f) for f in summary.files],
+            "pieces": [asdict(p) for p in summary.pieces],
             "junk": [asdict(j) for j in summary.junk],
             "splits": {split: writer.finish() for split, writer in writers.items()},
         }
@@ -374,13 +388,17 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     vocab = tok.get_vocab_size(with_added_tokens=True)
     if (out_dir / MANIFEST).exists() and not (out_dir / PARTS_DIR).exists():
         return _finished_or_refused(out_dir, tok, settings, listing)
-    records, summary = checked_parts(out_dir, listing.listed, settings, tok_hash, dtype_for_vocab(vocab))
+    parts = _parts_found(out_dir)
+    plan = spec.plan(listing, parts) if parts else []
+    records, summary = checked_parts(
+        out_dir, listing.listed, plan, settings, tok_hash, dtype_for_vocab(vocab)
+    )
     if summary.documents == 0:
         raise ValueError(
             f"{', '.join(map(str, listing.paths))}: no valid document to prepare; `tablefree data scan` names "
             "each file and line"
         )
-    sources = [asdict(f) for f in summary.files]
+    sources = [f.record() for f in summary.files]
     fingerprint = _fingerprint(sources, settings, tok_hash)
     if spec.overwrite:
         clear_dataset(out_dir)
@@ -399,6 +417,12 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     manifest = _finish(out_dir, spec, tok, writers, journal, sources, settings, fingerprint, summary, docs)
     shutil.rmtree(out_dir / PARTS_DIR)  # the dataset holds every token of the parts now
     return manifest
+
+
+def _parts_found(out_dir: Path) -> int | None:
+    """N of the parts in ``out_dir`` (the first one's record says; :func:`checked_parts` checks them all)."""
+    paths = sorted((out_dir / PARTS_DIR).glob(f"*/{PART_FILE}"))
+    return read_part_record(paths[0]).part[1] if paths else None
 
 
 def _fingerprint(sources: list[dict], settings: dict, tok_hash: str) -> str:
