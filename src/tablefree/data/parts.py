@@ -35,6 +35,7 @@ PARTS_DIR = "parts"  # in the dataset directory: one directory per part, I-of-N
 PART_FILE = "part.json"  # written last: its presence marks a finished part
 LOCK_FILE = ".lock"  # held while the part is prepared
 MERGE_CHUNK_TOKENS = 1 << 24
+PieceKey = tuple[str, int, list[int] | None]  # what a part's piece is checked by: name, bytes, spans
 
 
 def part_dir(out_dir: Path, index: int, n: int) -> Path:
@@ -115,17 +116,17 @@ def part_lock(directory: Path, index: int, n: int) -> Iterator[None]:
 
 def checked_parts(
     out_dir: Path,
-    sources: Sequence[SourceFile],
-    plan: list[list[Piece]],
+    expected: list[list[PieceKey]],
+    corpus_bytes: int,
     settings: dict,
     tokenizer_hash: str,
     dtype: np.dtype,
 ) -> tuple[list[PartRecord], CorpusSummary]:
     """The finished parts in ``out_dir``, in order, after checking all of them (nothing is written before): all
     N are there, each of this tokenizer and these settings (a difference is named with both values), each over
-    the pieces ``plan`` (the corpus listing cut into N, :func:`tablefree.data.spans.plan_pieces`) gives it (names,
-    sizes and spans), every token file as its ``part.json`` records it (size and sha256). Returns them with the
-    corpus summary their scans make together."""
+    the pieces ``expected`` gives it (the corpus cut into N by :func:`tablefree.data.spans.plan_pieces`: names,
+    sizes and spans), cut from a corpus of ``corpus_bytes``, every token file as its ``part.json`` records it
+    (size and sha256). Returns them with the corpus summary their scans make together."""
     paths = sorted((out_dir / PARTS_DIR).glob(f"*/{PART_FILE}"))
     if not paths:
         raise FileNotFoundError(
@@ -138,13 +139,8 @@ def checked_parts(
     if found != [[i, n] for i in range(1, n + 1)]:
         missing = sorted({i for i in range(1, n + 1)} - {i for i, m in found if m == n})
         raise ValueError(f"{out_dir / PARTS_DIR}: parts of {n} expected, missing {missing} (found {found})")
-    if len(plan) != n:
-        raise ValueError(
-            f"{out_dir / PARTS_DIR}: {n} parts found, but this merge cuts the corpus into {len(plan)}"
-        )
-    sizes = file_sizes(sources)
     advice = "; prepare the part again with this merge's arguments, or merge with the part's"
-    for record, pieces in zip(records, plan, strict=True):
+    for record, listed in zip(records, expected, strict=True):
         index = record.part[0]
         where = part_dir(out_dir, index, n) / PART_FILE
         if record.tokenizer_hash != tokenizer_hash:
@@ -156,8 +152,7 @@ def checked_parts(
             if record.settings.get(key) != settings.get(key):
                 values = f"the part's {record.settings.get(key)!r}, this merge's {settings.get(key)!r}"
                 raise ValueError(f"{where}: part {index}/{n} field settings.{key}: {values}{advice}")
-        listed = [_piece(sources[p.file].rel, sizes[p.file], p) for p in pieces]
-        theirs = [_piece(info.file, info.bytes, info) for info in record.pieces]
+        theirs = [piece_key(info.file, info.bytes, info) for info in record.pieces]
         for k, (a, b) in enumerate(itertools.zip_longest(theirs, listed)):
             if a != b:
                 raise ValueError(
@@ -165,11 +160,11 @@ def checked_parts(
                     f"corpus gives it {_file(b)} (another corpus, or files changed since){advice}"
                 )
     for record in records:  # each part's own files agree; the others' sizes fixed how the corpus was cut
-        if record.corpus_bytes != sum(sizes):
+        if record.corpus_bytes != corpus_bytes:
             index = record.part[0]
             raise ValueError(
                 f"{part_dir(out_dir, index, n) / PART_FILE}: part {index}/{n} field corpus_bytes: the part's "
-                f"{record.corpus_bytes:,}, this merge's {sum(sizes):,} (another corpus, or files changed since)"
+                f"{record.corpus_bytes:,}, this merge's {corpus_bytes:,} (another corpus, or files changed since)"
                 f"{advice}"
             )
     for record in records:
@@ -202,14 +197,14 @@ def checked_parts(
     return records, summary
 
 
-def _piece(file: str, size: int, piece: Piece | PieceInfo) -> tuple[str, int, list[int] | None]:
+def piece_key(file: str, size: int, piece: Piece | PieceInfo) -> PieceKey:
     """(name, bytes, spans) of a piece: the spans [first, end, count] read, None for a file read whole."""
     if isinstance(piece, PieceInfo):
         return file, size, piece.spans
     return file, size, None if piece.whole else [piece.first, piece.end, piece.count]
 
 
-def _file(piece: tuple[str, int, list[int] | None] | None) -> str:
+def _file(piece: PieceKey | None) -> str:
     if piece is None:
         return "no file"
     file, size, spans = piece
