@@ -1,5 +1,7 @@
 """How `data prepare` scales across jobs: one run against N parts run one after another, then the merge.
 
+Parts are planned over spans (``tablefree.data.spans``: whole files, parquet row groups, byte ranges of an
+uncompressed ``.jsonl``), so one large file splits; each part's share of the tokens and of the CPU is printed.
 Each job (the single run, every part, the merge) runs in a child process of its own with one tokenizing worker,
 so its CPU time and peak RSS are the kernel's (``os.wait4``), not a sum over shared threads. Reported per N: the
 parts' CPU time together against the single run's, the largest part's share (balance by bytes), the merge's share,
@@ -25,12 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from tablefree.data.spans import DEFAULT_SPAN_BYTES
+
 JOB = """
 import json, sys
 from tablefree.data.prepare import PrepareSpec, merge_parts, prepare_part, prepare_single
-corpus, out, tokenizer, shard_tokens, what, rule = sys.argv[1:7]
+corpus, out, tokenizer, shard_tokens, what, rule, span_bytes = sys.argv[1:8]
 spec = PrepareSpec(corpus=(corpus,), tokenizer=tokenizer, split_rule=rule, workers=1, progress=False,
-                   shard_tokens=int(shard_tokens))
+                   shard_tokens=int(shard_tokens), span_bytes=int(span_bytes))
 if what == "startup":
     json.dump({"tokens": 0, "bytes": 0}, sys.stdout)
     sys.exit(0)
@@ -42,18 +46,38 @@ else:
     i, n = map(int, what.split("/"))
     result = prepare_part(spec, out, (i, n))
 tokens = sum(split["tokens"] for split in result["splits"].values())
-json.dump({"tokens": tokens, "bytes": sum(s["bytes"] for s in result["sources"])}, sys.stdout)
+# a part's pieces may share a file with its neighbours: its bytes are its spans' (a whole file's: the file's)
+pieces = result.get("pieces", [])
+json.dump({"tokens": tokens, "bytes": sum(s["bytes"] for s in result.get("sources", [])),
+           "pieces": [[p["file"], p["spans"]] for p in pieces]}, sys.stdout)
 """
 
 
 def run_job(
-    corpus: str, out: Path, tokenizer: str, shard_tokens: int, what: str, rule: str = "keyed-hash"
+    corpus: str,
+    out: Path,
+    tokenizer: str,
+    shard_tokens: int,
+    what: str,
+    rule: str = "keyed-hash",
+    span_bytes: int = DEFAULT_SPAN_BYTES,
 ) -> dict:
     """One job in a child process: its wall time, CPU time and peak RSS (the kernel's rusage of that child)."""
     start = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     child = subprocess.Popen(
-        [sys.executable, "-c", JOB, corpus, str(out), tokenizer, str(shard_tokens), what, rule],
+        [
+            sys.executable,
+            "-c",
+            JOB,
+            corpus,
+            str(out),
+            tokenizer,
+            str(shard_tokens),
+            what,
+            rule,
+            str(span_bytes),
+        ],
         stdout=subprocess.PIPE,
         env=env,
     )
@@ -82,6 +106,12 @@ def main() -> None:
     parser.add_argument("--parts", default="2,4,8")
     parser.add_argument("--shard-tokens", type=int, default=10_000_000)
     parser.add_argument(
+        "--span-bytes",
+        type=int,
+        default=DEFAULT_SPAN_BYTES,
+        help="an uncompressed .jsonl's spans (parts split one by them; parquet by row groups)",
+    )
+    parser.add_argument(
         "--memory", nargs="*", default=[], help="more corpora: the single run's peak RSS on each"
     )
     parser.add_argument(
@@ -98,7 +128,14 @@ def main() -> None:
         print(
             f"startup (imports only): {startup['cpu_s']:.2f} CPU s, peak RSS {startup['peak_rss_mb']:.0f} MB"
         )
-        single = run_job(args.corpus, work / "single", args.tokenizer, args.shard_tokens, "single")
+        single = run_job(
+            args.corpus,
+            work / "single",
+            args.tokenizer,
+            args.shard_tokens,
+            "single",
+            span_bytes=args.span_bytes,
+        )
         results["single"] = single
         print(
             f"single: {single['tokens']:,} tokens, {single['cpu_s']:.1f} CPU s, {single['wall_s']:.1f} s wall, "
@@ -107,10 +144,19 @@ def main() -> None:
         for n in map(int, args.parts.split(",")):
             out = work / f"parts-{n}"
             parts = [
-                run_job(args.corpus, out, args.tokenizer, args.shard_tokens, f"{i}/{n}")
+                run_job(
+                    args.corpus,
+                    out,
+                    args.tokenizer,
+                    args.shard_tokens,
+                    f"{i}/{n}",
+                    span_bytes=args.span_bytes,
+                )
                 for i in range(1, n + 1)
             ]
-            merge = run_job(args.corpus, out, args.tokenizer, args.shard_tokens, "merge")
+            merge = run_job(
+                args.corpus, out, args.tokenizer, args.shard_tokens, "merge", span_bytes=args.span_bytes
+            )
             identical = all(
                 (out / p.name).read_bytes() == p.read_bytes()
                 for p in (work / "single").iterdir()
@@ -133,6 +179,8 @@ def main() -> None:
                 "parts_cpu_over_single": part_cpu / single["cpu_s"],
                 "largest_part_over_single": largest / single["cpu_s"],
                 "balance_limit": 1.5 / n,
+                "largest_part_tokens_share": max(p["tokens"] for p in parts) / single["tokens"],
+                "part_tokens_shares": [p["tokens"] / single["tokens"] for p in parts],
                 "merge_share": merge["cpu_s"] / (part_cpu + merge["cpu_s"]),
                 "merge_share_less_startup": merge_work / (part_cpu + merge["cpu_s"]),
                 "tokens_per_cpu_s": rate,
@@ -148,6 +196,11 @@ def main() -> None:
                 f"byte-identical: {identical}; 100B tokens on 64 cores: {tokenize_h + merge_h:.2f} h "
                 f"(merge {merge_h:.2f} h); peak RSS of a part {max(p['peak_rss_mb'] for p in parts):.0f} MB"
             )
+            for i, p in enumerate(parts, start=1):  # the piece planner's balance, part by part
+                print(
+                    f"  part {i}/{n}: {p['tokens'] / single['tokens']:.3f} of the tokens, "
+                    f"{p['cpu_s'] / single['cpu_s']:.3f} of the single run's CPU; pieces {p['pieces']}"
+                )
             shutil.rmtree(out)
         for rule in args.memory_rules.split(","):
             for corpus in args.memory:

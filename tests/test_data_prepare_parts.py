@@ -85,8 +85,8 @@ def test_parts_merge_to_the_single_run_byte_for_byte(
     for i in (3, 1, 2):
         opened.clear()
         records.append(prepare_dataset(files, merged_dir, tokenizer=tokenizer, part=(i, 3), **settings))
-        assert sorted(set(opened)) == sorted(info["file"] for info in records[-1]["sources"])  # its own only
-    names = [[info["file"] for info in r["sources"]] for r in records]
+        assert sorted(set(opened)) == sorted(info["file"] for info in records[-1]["pieces"])  # its own only
+    names = [[info["file"] for info in r["pieces"]] for r in records]
     assert sorted(map(len, names)) == [1, 1, 2]  # disjoint groups of files, all of them
     assert sorted(name for group in names for name in group) == sorted(p.name for p in files.glob("*.jsonl"))
     opened.clear()
@@ -124,7 +124,8 @@ def test_merge_refuses_missing_or_foreign_parts(corpus: tuple[Path, Path], tmp_p
     with pytest.raises(ValueError, match=r"give the tokenizer \(--tokenizer\)"):
         prepare_dataset(files, out, part=(2, 2), **SETTINGS)
     with pytest.raises(
-        ValueError, match=r"5 parts, but the corpus has 4 files .*: it allows at most 4 parts"
+        ValueError,
+        match=r"5 parts, but the corpus splits into 4 pieces \(4 files: .*\): it allows at most 4 parts",
     ):
         prepare_dataset(files, out, tokenizer=tokenizer, part=(1, 5), **SETTINGS)
     with pytest.raises(ValueError, match=r"part 1/2: parts need --split-rule keyed-hash .*'plan' rule plans"):
@@ -158,8 +159,9 @@ def test_every_merge_mismatch_names_the_part_the_field_and_both_values(
         handle.write(json.dumps({"text": "one more document"}) + "\n")
     with pytest.raises(
         ValueError,
-        match=r"2-of-2/part\.json: part 2/2 field sources\[0\]: the part read 3\.jsonl of ([\d,]+) bytes, this "
-        r"merge's corpus gives it 3\.jsonl of (?!\1)[\d,]+ bytes \(another corpus, or files changed since\); ",
+        match=r"2-of-2/part\.json: part 2/2 field pieces\[0\]: the part read 3\.jsonl of ([\d,]+) bytes \(spans "
+        r"0-1 of 1\), this merge's corpus gives it 3\.jsonl of (?!\1)[\d,]+ bytes \(spans 0-1 of 1\) \(another "
+        r"corpus, or files changed since\); ",
     ):
         prepare_dataset(changed, out, tokenizer=tokenizer, merge=True, **SETTINGS)
     assert sorted(p.name for p in out.iterdir()) == [PARTS_DIR]  # each refused merge wrote nothing

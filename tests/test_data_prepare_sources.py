@@ -133,10 +133,8 @@ def test_the_cli_prepares_parts_merges_them_and_says_what_it_cannot_split(capsys
     common = ["--out", str(tmp_path / "d"), "--tokenizer", str(tokenizer), "--workers", "1", "--no-progress"]
     keyed = [*common, "--split-rule", "keyed-hash", "--val-fraction", "0.3", "--val-max-tokens", "700"]
     assert main(["data", "prepare", str(corpus), *keyed, "--part", "1/4"]) != 0
-    assert (
-        "4 parts, but the corpus has 3 files and a part is a set of whole files: it allows at most 3 parts"
-        in (capsys.readouterr().err)
-    )
+    assert "4 parts, but the corpus splits into 3 pieces (3 files: " in (error := capsys.readouterr().err)
+    assert "): it allows at most 3 parts" in error
     assert main(["data", "prepare", str(corpus), *common, "--part", "1/2"]) != 0
     assert "part 1/2: parts need --split-rule keyed-hash" in capsys.readouterr().err
     for i in (1, 2):

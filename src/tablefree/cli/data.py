@@ -29,6 +29,7 @@ from tablefree.data.prepare import (
     prepare_part,
     prepare_single,
 )
+from tablefree.data.spans import DEFAULT_SPAN_BYTES
 from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
 
 
@@ -100,7 +101,9 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         "--part",
         type=_part,
         metavar="I/N",
-        help="prepare only the I-th of N groups of the corpus files (needs --tokenizer), into OUT/parts/; "
+        help="prepare only the I-th of N shares of the corpus (contiguous runs of whole files, parquet row groups "
+        "and .jsonl byte ranges; of a --hub dataset, its --hub-data-files), needs --tokenizer and --split-rule "
+        "keyed-hash, into OUT/parts/; "
         "`data merge` with the same arguments joins the N parts (docs/data.md)",
     )
     prepare.set_defaults(func=run_prepare)
@@ -217,6 +220,13 @@ def _add_prepare_arguments(prepare: argparse.ArgumentParser) -> None:
         help=f"{KEYED_HASH_RULE} only: validation documents that start after val holds this many tokens are left "
         "out of both splits (default: %(default)s)",
     )
+    prepare.add_argument(
+        "--span-bytes",
+        type=int,
+        default=DEFAULT_SPAN_BYTES,
+        help=f"{KEYED_HASH_RULE} only: an uncompressed .jsonl is read (and split into parts) in byte ranges of this "
+        "size (default: %(default)s); parquet by row groups",
+    )
     prepare.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="tokenizing processes")
     prepare.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
     prepare.add_argument("--seed", type=int, default=0, help="seed of the train/val split")
@@ -328,6 +338,7 @@ def run_prepare(args: argparse.Namespace) -> int:
         strict=args.strict,
         gutenberg=args.strip_gutenberg,
         max_expansion=args.max_expansion,
+        span_bytes=args.span_bytes,
         max_documents=args.max_documents,
         overwrite=args.overwrite,
         progress=not args.no_progress,

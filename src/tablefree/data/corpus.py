@@ -38,6 +38,7 @@ decompressing and decoding them, :mod:`tablefree.data.decoding`.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import io
 import json
@@ -51,31 +52,91 @@ from tqdm import tqdm
 
 from tablefree.data.decoding import (
     DEFAULT_MAX_EXPANSION,
+    SNIFF_BYTES,
     BadCharacters,
     decode_bytes,
     decompression_errors,
+    looks_binary,
     open_decompressed,
     sniff_stream,
 )
 from tablefree.data.sources import CorpusError, Junk, SourceFile, list_sources, open_regular
+from tablefree.data.spans import Piece, Span, file_spans
 from tablefree.fileio import no_duplicate_keys
 
-__all__ = ["Corpus", "CorpusError", "CorpusSummary", "FileInfo", "Junk", "JunkError", "strip_gutenberg"]
+__all__ = [
+    "Corpus",
+    "CorpusError",
+    "CorpusSummary",
+    "FileInfo",
+    "Junk",
+    "JunkError",
+    "PieceInfo",
+    "compose_files",
+    "strip_gutenberg",
+]
 
 
 @dataclass
 class FileInfo:
     file: str
-    sha256: str | None  # None for a file that could not be read
+    sha256: str | None  # None for a file that could not be read, and for one read in spans (span_sha256)
     bytes: int
     encoding: str | None  # None for junk files and parquet (UTF-8 by specification)
     documents: int
+    spans: int | None = None  # read in spans (tablefree.data.spans): how many it has
+    span_sha256: str | None = None  # sha256 over its spans' sha256 digests, in order: what parts can compose
+
+    def record(self) -> dict:
+        """The manifest's record: the span fields only for a file read in spans (older records stay as they were,
+        and so do their fingerprints)."""
+        record = asdict(self)
+        if self.spans is None:
+            del record["spans"], record["span_sha256"]
+        return record
+
+
+@dataclass
+class PieceInfo:
+    """What reading spans [first, end) of a file's ``count`` found (``spans``: [first, end, count]; None: the whole
+    file, read without spans, whose ``sha256`` is given): a part's record of its share of a file."""
+
+    file: str
+    bytes: int
+    encoding: str | None
+    documents: int
+    sha256: str | None = None
+    spans: list[int] | None = None
+    span_sha256: list[str] = field(default_factory=list)
+
+
+def compose_files(pieces: Sequence[PieceInfo]) -> list[FileInfo]:
+    """The files that consecutive pieces of each make (a file's pieces must follow each other in span order)."""
+    files: list[FileInfo] = []
+    digests: list[list[str]] = []
+    for piece in pieces:
+        if piece.spans is None:
+            files.append(FileInfo(piece.file, piece.sha256, piece.bytes, piece.encoding, piece.documents))
+            digests.append([])
+            continue
+        first, _, count = piece.spans
+        if first and files and files[-1].file == piece.file and files[-1].spans == count:
+            files[-1].documents += piece.documents
+            digests[-1] += piece.span_sha256
+        else:
+            files.append(FileInfo(piece.file, None, piece.bytes, piece.encoding, piece.documents, count))
+            digests.append(list(piece.span_sha256))
+    for info, spans in zip(files, digests, strict=True):
+        if info.spans is not None:
+            info.span_sha256 = hashlib.sha256(b"".join(bytes.fromhex(d) for d in spans)).hexdigest()
+    return files
 
 
 @dataclass
 class CorpusSummary:
     files: list[FileInfo] = field(default_factory=list)
     junk: list[Junk] = field(default_factory=list)
+    pieces: list[PieceInfo] = field(default_factory=list)  # what was read of each file (a part: its share)
 
     @property
     def documents(self) -> int:
@@ -132,12 +193,32 @@ def _unreadable_file(source: SourceFile, error: OSError) -> Junk:
     return Junk(source.rel, None, "unreadable", f"cannot be read ({error.strerror or error}): not read")
 
 
-def _sha256(source: SourceFile) -> str:
+def _sha256(source: SourceFile, start: int = 0, end: int | None = None) -> str:
+    """The sha256 of the file's bytes [start, end) (end None: to its end)."""
     digest = hashlib.sha256()
     with open_regular(source.path) as handle:
-        while block := handle.read(1 << 24):
+        handle.seek(start)
+        left = end - start if end is not None else None
+        while block := handle.read(1 << 24 if left is None else min(1 << 24, left)):
             digest.update(block)
+            if left is not None:
+                left -= len(block)
     return digest.hexdigest()
+
+
+def _whole(spans: Sequence[Span]) -> bool:
+    return len(spans) == 1 and spans[0].whole
+
+
+def _numbered(items: Iterator[str | Junk]) -> Iterator[tuple[int, str] | Junk]:
+    """A whole file's documents with their positions: their numbers among its valid documents."""
+    position = 0
+    for item in items:
+        if isinstance(item, Junk):
+            yield item
+        else:
+            yield position, item
+            position += 1
 
 
 # Project Gutenberg boilerplate: the text starts after the START line (or the old "small print" end) and ends
@@ -168,6 +249,10 @@ class Corpus:
 
     ``scan()`` must run before ``documents(start)`` is asked for a start other than 0; ``scan()`` fills
     :attr:`summary` and per-file document counts, so the i-th valid document has a stable global index.
+
+    ``span_bytes`` (the keyed-hash rule): uncompressed ``.jsonl`` and parquet files are read in spans
+    (:mod:`tablefree.data.spans`), each on its own, so that a part may read some spans of a file; ``pieces``: the
+    spans of which files to read (a part's share; None: all of every file).
     """
 
     def __init__(
@@ -178,19 +263,30 @@ class Corpus:
         strict: bool = False,
         gutenberg: bool = False,
         max_expansion: float = DEFAULT_MAX_EXPANSION,
-        files: tuple[int, int] | None = None,
+        span_bytes: int | None = None,
+        pieces: Sequence[Piece] | None = None,
         lengths: bool = True,
     ) -> None:
         if max_expansion <= 0:
             raise ValueError(f"max_expansion must be positive, got {max_expansion}")
+        if span_bytes is not None and span_bytes < 1:
+            raise ValueError(f"span_bytes must be positive, got {span_bytes}")
         self.paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
         self.text_field, self.strict, self.gutenberg = text_field, strict, gutenberg
-        self.max_expansion = max_expansion
-        self.sources, unsupported = list_sources(self.paths)
-        self.listed = list(self.sources)  # every corpus file, before ``files`` keeps a share of them
-        if files is not None:  # a part reads its own files; the listing's junk is the first part's to report
-            self.sources = self.sources[files[0] : files[1]]
-            unsupported = unsupported if files[0] == 0 else []
+        self.max_expansion, self.span_bytes = max_expansion, span_bytes
+        self.listed, unsupported = list_sources(
+            self.paths
+        )  # every corpus file, before ``pieces`` picks a share
+        if pieces is None:
+            spans = [file_spans(source, span_bytes, text_field) for source in self.listed]
+            pieces = [Piece(i, 0, len(file), len(file), _whole(file)) for i, file in enumerate(spans)]
+        else:  # a part reads its own spans; the listing's junk is the first part's to report
+            spans = {p.file: file_spans(self.listed[p.file], span_bytes, text_field) for p in pieces}
+            if pieces and (pieces[0].file, pieces[0].first) != (0, 0):
+                unsupported = []
+        self.pieces = list(pieces)
+        self.sources = [self.listed[p.file] for p in self.pieces]
+        self.spans = [spans[p.file][p.first : p.end] for p in self.pieces]
         self.summary: CorpusSummary | None = None
         self._encodings: dict[str, str | None] = {}
         # characters of each valid document, in order (filled by scan() when ``lengths``: the seeded validation
@@ -204,15 +300,23 @@ class Corpus:
     # -- scanning ---------------------------------------------------------------------------------------
 
     def scan(self, progress: bool = False) -> CorpusSummary:
-        """One pass over every file: sha256, size, encoding, valid document count and junk. ``progress``: a
-        bar on stderr counting the (decompressed) bytes read, with the file being read."""
+        """One pass over every file (or span): sha256, size, encoding, valid document count and junk.
+        ``progress``: a bar on stderr counting the (decompressed) bytes read, with the file being read."""
         summary = CorpusSummary(junk=list(self._pending_junk))
         self.document_chars = []
         bar = tqdm(desc="scanning", unit="B", unit_scale=True, unit_divisor=1000, disable=not progress)
         try:
-            for number, source in enumerate(self.sources, start=1):
+            for number, (source, piece, spans) in enumerate(
+                zip(self.sources, self.pieces, self.spans, strict=True), start=1
+            ):
                 bar.set_postfix_str(f"file {number}/{len(self.sources)} {source.rel}", refresh=False)
-                summary.files.append(self._scan_file(source, summary.junk, bar.update))
+                if _whole(spans):
+                    info = self._scan_file(source, summary.junk, bar.update)
+                    summary.pieces.append(
+                        PieceInfo(info.file, info.bytes, info.encoding, info.documents, info.sha256)
+                    )
+                else:
+                    summary.pieces.append(self._scan_spans(source, piece, spans, summary.junk, bar.update))
         finally:
             bar.close()
         if not self.sources:
@@ -220,6 +324,7 @@ class Corpus:
             raise ValueError(
                 f"no .txt/.jsonl/.parquet files found under {', '.join(map(str, self.paths))}{skipped}"
             )
+        summary.files = compose_files(summary.pieces)
         self.summary = summary
         return summary
 
@@ -244,6 +349,31 @@ class Corpus:
                     self.document_chars.append(len(item))
         return info
 
+    def _scan_spans(
+        self, source: SourceFile, piece: Piece, spans: list[Span], found: list[Junk], on_read
+    ) -> PieceInfo:
+        """Spans of a file, each read alone: its bytes' sha256 and its documents (a file that cannot be read is
+        junk once, in its first span)."""
+        info = PieceInfo(source.rel, 0, "utf-8", 0, spans=[piece.first, piece.end, piece.count])
+        try:
+            info.bytes = source.path.stat().st_size
+            for span in spans:
+                info.span_sha256.append(_sha256(source, span.start, span.end))
+                on_read(span.end - span.start)
+        except OSError as error:
+            if piece.first == 0:
+                self._junk(_unreadable_file(source, error), found)
+            info.encoding, info.span_sha256 = None, []
+            self._encodings[source.rel] = "junk"
+            return info
+        for span in spans:
+            for item in self._span_documents(source, span):
+                if isinstance(item, Junk):
+                    self._junk(item, found)
+                else:
+                    info.documents += 1
+        return info
+
     def file_document_ranges(self) -> list[tuple[int, int]]:
         """[first, end) global document indices of each source file (after ``scan()``)."""
         if self.summary is None:
@@ -262,29 +392,36 @@ class Corpus:
         return (text for _, _, text in self.located_documents(start))
 
     def located_documents(self, start: int = 0) -> Iterator[tuple[str, int, str]]:
-        """``documents(start)`` with where each comes from: (file, its valid document number in that file, text)."""
+        """``documents(start)`` with where each comes from: (file, its position in that file, text). The position
+        is what the keyed-hash rule keys a document by: in a file read in spans, a ``.jsonl`` line's byte offset or
+        a parquet row's index (junk rows counted), which a span knows alone; otherwise the document's number
+        among the file's valid documents."""
         if start and self.summary is None:
             raise RuntimeError("Corpus.scan() must run before documents(start > 0)")
         ranges = self.file_document_ranges() if self.summary is not None else None
         index = 0
-        for i, source in enumerate(self.sources):
+        for i, (source, spans) in enumerate(zip(self.sources, self.spans, strict=True)):
             if ranges is not None:
                 first, end = ranges[i]
                 if end <= start or first == end:
                     index = end
                     continue
-            encoding = self._encodings.get(source.rel) or self._file_encoding(source, None)
-            if encoding == "junk":
+            if _whole(spans):
+                encoding = self._encodings.get(source.rel) or self._file_encoding(source, None)
+                if encoding == "junk":
+                    continue
+                items = _numbered(self._file_documents(source, encoding))
+            elif self._encodings.get(source.rel) == "junk":
                 continue
-            position = 0
-            for item in self._file_documents(source, encoding):
+            else:
+                items = (item for span in spans for item in self._span_documents(source, span))
+            for item in items:
                 if isinstance(item, Junk):
                     self._junk(item, None)
                     continue
                 if index >= start:
-                    yield source.rel, position, item
+                    yield source.rel, *item
                 index += 1
-                position += 1
 
     def __iter__(self) -> Iterator[str]:
         return self.documents()
@@ -362,16 +499,18 @@ class Corpus:
                 yield from items
                 if not line.strip():
                     continue
-                try:
-                    record = json.loads(line, object_pairs_hook=no_duplicate_keys)
-                except RecursionError:
-                    yield Junk(source.rel, line_no, "invalid-json", "nested too deeply")
-                    continue
-                except ValueError as error:  # also integers over Python's 4,300-digit limit
-                    yield Junk(source.rel, line_no, "invalid-json", _short(str(error)))
-                    continue
-                yield self._record_text(record, source.rel, line_no, bad)
+                yield self._json_text(line, source.rel, line_no, bad)
         yield from bad.summary()
+
+    def _json_text(self, line: str, file: str, line_no: int | None, bad: BadCharacters) -> str | Junk:
+        """The document of one JSON line, or the junk it is."""
+        try:
+            record = json.loads(line, object_pairs_hook=no_duplicate_keys)
+        except RecursionError:
+            return Junk(file, line_no, "invalid-json", "nested too deeply")
+        except ValueError as error:  # also integers over Python's 4,300-digit limit
+            return Junk(file, line_no, "invalid-json", _short(str(error)))
+        return self._record_text(record, file, line_no, bad)
 
     def _record_text(self, record: object, file: str, line: int | None, bad: BadCharacters) -> str | Junk:
         if not isinstance(record, dict) or self.text_field not in record:
@@ -445,6 +584,101 @@ class Corpus:
                 f"corrupt parquet data after row {row} ({_short(str(error))})",
             )
         yield from bad.summary()
+
+    def _span_documents(self, source: SourceFile, span: Span) -> Iterator[tuple[int, str] | Junk]:
+        """One span's documents with their positions (a ``.jsonl`` line's byte offset, a parquet row's index)."""
+        if source.kind == "jsonl":
+            yield from self._jsonl_span(source, span)
+        else:
+            yield from self._parquet_span(source, span)
+
+    def _jsonl_span(self, source: SourceFile, span: Span) -> Iterator[tuple[int, str] | Junk]:
+        """The lines that start in the span's bytes, read as UTF-8 (JSON Lines' encoding: a span cannot see the
+        rest of the file to detect another; a UTF-8 byte-order mark is dropped). Junk is named by the line's
+        byte offset (a span does not know line numbers), and a span whose first 8 KiB are binary is junk."""
+        where = f"bytes {span.start:,}-{span.end:,}"
+        bad = BadCharacters(source.rel)
+        if span.start == span.end == 0:
+            yield Junk(source.rel, None, "empty", "no text")
+            return
+        with open_regular(source.path) as handle:
+            handle.seek(span.start)
+            if looks_binary(handle.read(min(SNIFF_BYTES, span.end - span.start))):
+                yield Junk(source.rel, None, "binary", f"{where}: mostly NUL or control bytes: not text")
+                return
+            offset = span.start
+            handle.seek(max(offset - 1, 0))
+            if offset:  # the line that starts at the span's start is its own when the byte before ends a line
+                offset += len(handle.readline()) - 1
+            while offset < span.end:
+                line = handle.readline()
+                if not line:
+                    break
+                at, offset = offset, offset + len(line)
+                if at == 0 and line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8) :]
+                text, items = bad.drop(line.decode("utf-8", errors="surrogateescape"), None)
+                for junk in items:
+                    yield Junk(source.rel, None, junk.kind, f"line at byte {at:,}: {junk.detail}")
+                if not text.strip():
+                    continue
+                item = self._json_text(text, source.rel, None, bad)
+                if isinstance(item, Junk):
+                    yield Junk(item.file, None, item.kind, f"line at byte {at:,}: {item.detail}")
+                else:
+                    yield at, item
+        yield from _in_span(bad.summary(), where)
+
+    def _parquet_span(self, source: SourceFile, span: Span) -> Iterator[tuple[int, str] | Junk]:
+        """One row group's rows, numbered as in the file (the footer gives its first row's index)."""
+        # pyarrow is imported where Parquet or Arrow is read: every verb loads this module, few read columns
+        import pyarrow.parquet as pq
+
+        bad = BadCharacters(source.rel)
+        row = span.first_row
+        try:
+            with open_regular(source.path) as handle:
+                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+                if self.text_field not in parquet.schema_arrow.names:
+                    if span.row_group == 0:  # said once, by the file's first span
+                        yield Junk(
+                            source.rel,
+                            None,
+                            "missing-field",
+                            _no_column(self.text_field, parquet.schema_arrow),
+                        )
+                    return
+                batches = parquet.iter_batches(
+                    row_groups=[span.row_group], columns=[self.text_field], batch_size=4096
+                )
+                for batch in batches:
+                    for value in batch.column(0).to_pylist():
+                        row += 1
+                        item = self._record_text({self.text_field: value}, source.rel, row, bad)
+                        yield item if isinstance(item, Junk) else (row - 1, item)
+                expected = parquet.metadata.row_group(span.row_group).num_rows
+                if row - span.first_row != expected:
+                    yield Junk(
+                        source.rel,
+                        None,
+                        "unreadable",
+                        f"row group {span.row_group}: read {row - span.first_row} rows, the file's metadata says "
+                        f"{expected}: damaged pages",
+                    )
+        except Exception as error:  # pyarrow raises its own errors (ArrowInvalid, OSError) for corrupt data
+            yield Junk(
+                source.rel,
+                row + 1,
+                "unreadable",
+                f"corrupt parquet data after row {row} ({_short(str(error))})",
+            )
+        yield from _in_span(bad.summary(), f"row group {span.row_group}")
+
+
+def _in_span(items: list[Junk], where: str) -> Iterator[Junk]:
+    """A span's summary items, saying which span they sum up."""
+    for junk in items:
+        yield Junk(junk.file, junk.line, junk.kind, f"{where}: {junk.detail}")
 
 
 def _columnar_schema(source: SourceFile, handle):

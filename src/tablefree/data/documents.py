@@ -8,7 +8,9 @@ Two rules for a local corpus (``settings.split_rule`` of a manifest names which 
 - ``plan`` (:class:`LocalDocuments`, the rule of every dataset prepared before the keyed hash): a seeded plan of
   whole documents and sections of long ones over all documents' lengths (:func:`plan_validation`).
 
-A streamed hub dataset (:class:`HubDocuments`, N unknown) hashes each document's index with the seed. Each gives
+A streamed hub dataset (:class:`HubDocuments`, N unknown) hashes each document's index with the seed; under the
+keyed-hash rule, its data files are streamed one by one (:class:`HubFiles`) and each document is keyed by its data
+file and row, so parts can split it by data files. Each gives
 the stream of documents in a fixed order: ``stream(start)`` yields (text, split, where) from stream index
 ``start``, ``where`` being the validation document's record (its file and place; None for train).
 """
@@ -28,6 +30,16 @@ SPLITS = ("train", "val")
 PLAN_RULE = "plan"  # the seeded plan over all documents (plan_validation)
 KEYED_HASH_RULE = "keyed-hash"  # a keyed hash of each document's file and position (KeyedHashDocuments)
 SPLIT_RULES = (KEYED_HASH_RULE, PLAN_RULE)
+# What the keyed-hash rule keys a document by besides its file (``settings.position`` of its datasets; datasets and
+# parts prepared before it was recorded keyed every document by its number among its file's valid documents, which
+# a part holding a later span of a file cannot know).
+HUB_POSITION = (
+    "a row's index in its data file (rows without text counted)"  # the keyed-hash rule on a hub dataset
+)
+KEYED_HASH_POSITION = (
+    "a .jsonl line's byte offset and a parquet row's index (junk rows counted) in its file (files read in spans); "
+    "the document's number among its file's valid documents in other files"
+)
 # The keyed-hash rule's cap on the validation split: validation documents that start after the split holds this
 # many tokens are left out of both splits. A full validation pass over 10M tokens costs about a third of training
 # on 10M tokens (forward only): 0.003% of a 100B-token run, where val_fraction 0.005 alone would hold ~500M tokens.
@@ -283,15 +295,27 @@ class KeyedHashDocuments:
     starts) when u < share × length / section_chars, the text around it staying in ``train`` as two documents.
     Each document thus holds out ``share`` of its text on average; nothing is kept per document."""
 
-    def __init__(self, corpus: Corpus, share: float, section_chars: int, seed: int) -> None:
+    def __init__(
+        self,
+        corpus: Corpus | HubFiles,
+        share: float,
+        section_chars: int,
+        seed: int,
+        position: str = KEYED_HASH_POSITION,
+    ) -> None:
         self.corpus, self.share, self.section_chars, self.seed = corpus, share, section_chars, seed
         self.snap = min(2_000, section_chars // 10)
         self.counts = None  # not known before the stream is read
         self.rule = KEYED_HASH_RULE
         self.description = (
             f"keyed-hash: blake2b keyed by the seed over (file, document position) < {share:.6g} (of the text): "
-            f"short documents whole, long ones one section of {section_chars} characters"
+            f"short documents whole, long ones one section of {section_chars} characters; position: {position}"
         )
+
+    @property
+    def junk(self) -> list[Junk]:
+        """What a hub stream skipped (a local corpus's junk is in its scan's summary)."""
+        return getattr(self.corpus, "junk", [])
 
     def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
         index = 0
@@ -320,6 +344,68 @@ class KeyedHashDocuments:
         return [(text[:a], "train", None), (text[a:b], "val", item), (text[b:], "train", None)]
 
 
+def hub_data_files(source: HubSource) -> list[str]:
+    """The data files of a hub source, in the order given: what the keyed-hash rule keys its documents by and
+    parts split it by (each entry one unit, a glob pattern included). Refused when none are given: resolving them
+    from the dataset's builder may reach the network, so they are asked for."""
+    files = source.data_files
+    if not files:
+        raise ValueError(
+            f"--hub {source.name}: the keyed-hash rule on a hub dataset keys each document by its data file, and "
+            "parts split the dataset by them: give them with --hub-data-files (HubSource(data_files=[...]))"
+        )
+    return [files] if isinstance(files, str) else list(files)
+
+
+class HubFiles:
+    """Data files of a hub source (``files``: a part's share), each streamed on its own through ``datasets``,
+    its documents located as (data file, row index in it): what :class:`KeyedHashDocuments` keys them by.
+    ``max_documents`` stops after that many valid documents."""
+
+    def __init__(
+        self, source: HubSource, files: Sequence[str], text_field: str, max_documents: int | None = None
+    ) -> None:
+        self.source, self.files, self.text_field = source, list(files), text_field
+        self.max_documents = max_documents
+        self.junk: list[Junk] = []
+        self.documents: dict[str, int] = {}  # valid documents read per data file
+
+    def located_documents(self) -> Iterator[tuple[str, int, str]]:
+        datasets = _datasets()
+        self.junk, self.documents, count = [], {}, 0
+        for file in self.files:
+            stream = datasets.load_dataset(
+                self.source.name,
+                self.source.config,
+                split=self.source.split,
+                data_files=[file],
+                revision=self.source.revision,
+                streaming=True,
+            )
+            self.documents[file] = 0
+            for row, record in enumerate(stream):
+                if self.max_documents is not None and count >= self.max_documents:
+                    return
+                text = record.get(self.text_field)
+                if not isinstance(text, str) or not text.strip():
+                    self.junk.append(Junk(file, row + 1, "missing-field", f"no text in {self.text_field!r}"))
+                    continue
+                yield file, row, text
+                self.documents[file] += 1
+                count += 1
+
+
+def _datasets():
+    """The optional ``datasets`` module (the ``hub`` extra), imported only when a hub dataset is streamed."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise ValueError(
+            "streaming a hub dataset needs the `hub` extra: pip install 'tablefree[hub]'"
+        ) from error
+    return datasets
+
+
 class HubDocuments:
     """Documents streamed through ``datasets``; the split of document i hashes (seed, i)."""
 
@@ -341,13 +427,7 @@ class HubDocuments:
             yield text, self.split_of(index), None
 
     def documents(self, start: int) -> Iterator[str]:
-        try:
-            import datasets
-        except ImportError as error:
-            raise ValueError(
-                "streaming a hub dataset needs the `hub` extra: pip install 'tablefree[hub]'"
-            ) from error
-        stream = datasets.load_dataset(
+        stream = _datasets().load_dataset(
             self.source.name,
             self.source.config,
             split=self.source.split,

@@ -1,9 +1,10 @@
-"""Preparing a dataset across jobs: ``--part I/N`` reads only the I-th of N contiguous groups of the corpus files
-(of about equal bytes) and tokenizes them into ``DIR/parts/I-of-N/``; ``data merge`` checks every part first,
+"""Preparing a dataset across jobs: ``--part I/N`` reads only the I-th of N contiguous runs of the corpus files'
+spans (:mod:`tablefree.data.spans`: whole files, parquet row groups, byte ranges of a ``.jsonl``; of about equal
+weight) and tokenizes them into ``DIR/parts/I-of-N/``; ``data merge`` checks every part first,
 then feeds their token streams, in order, to the dataset's shard writers, as a single run feeds them
 (byte-identical to it). Parts use the keyed-hash split rule (:class:`tablefree.data.documents.KeyedHashDocuments`),
 which a part applies to its own documents alone, so the merge reads no corpus text: only the corpus listing
-(names and sizes), the parts' records and their token files.
+(names, sizes and parquet footers), the parts' records and their token files.
 
 A part directory holds one raw token file per split (no header) and ``part.json``, written last. A part is
 prepared whole, never resumed, under a lock (an ``flock`` on ``.lock`` in its directory: the kernel releases it
@@ -21,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tablefree.data.corpus import CorpusSummary
+from tablefree.data.corpus import CorpusSummary, PieceInfo, compose_files
 from tablefree.data.documents import SPLITS
 from tablefree.data.records import PartRecord, read_part_record
 from tablefree.data.sources import SourceFile
+from tablefree.data.spans import Piece
 from tablefree.data.tokenizing import TokenSink
 from tablefree.data.writer import over_cap
 from tablefree.fileio import sha256_file, try_pid_lock
@@ -33,6 +35,7 @@ PARTS_DIR = "parts"  # in the dataset directory: one directory per part, I-of-N
 PART_FILE = "part.json"  # written last: its presence marks a finished part
 LOCK_FILE = ".lock"  # held while the part is prepared
 MERGE_CHUNK_TOKENS = 1 << 24
+PieceKey = tuple[str, int, list[int] | None]  # what a part's piece is checked by: name, bytes, spans
 
 
 def part_dir(out_dir: Path, index: int, n: int) -> Path:
@@ -48,37 +51,6 @@ def file_sizes(sources: Sequence[SourceFile]) -> list[int]:
         except OSError:
             sizes.append(0)
     return sizes
-
-
-def part_file_ranges(sizes: Sequence[int], n: int) -> list[tuple[int, int]]:
-    """[first, end) file indices of each of ``n`` parts: contiguous groups of files (the stream's order) whose
-    largest is as small as contiguous groups allow (a binary search over the largest part's bytes, filling parts
-    greedily), each holding at least one file."""
-    if not 1 <= n <= len(sizes):
-        raise ValueError(
-            f"part: {n} parts, but the corpus has {len(sizes)} files and a part is a set of whole files: "
-            f"it allows at most {len(sizes)} parts"
-        )
-
-    def greedy(limit: int) -> list[int]:  # the cuts of parts filled up to ``limit`` bytes each
-        cuts, total = [0], 0
-        for i, size in enumerate(sizes):
-            if total + size > limit and i > cuts[-1]:
-                cuts.append(i)
-                total = 0
-            total += size
-        return cuts
-
-    low, high = max(sizes), sum(sizes)
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if len(greedy(middle)) <= n else (middle + 1, high)
-    cuts = greedy(low)
-    while len(cuts) < n:  # fewer parts than asked: split a group's last file off (the largest cannot grow)
-        bounds = [*cuts, len(sizes)]
-        k = next(k for k in range(len(cuts)) if bounds[k + 1] - bounds[k] >= 2)
-        cuts.insert(k + 1, bounds[k + 1] - 1)
-    return list(itertools.pairwise([*cuts, len(sizes)]))
 
 
 class PartWriter:
@@ -143,11 +115,17 @@ def part_lock(directory: Path, index: int, n: int) -> Iterator[None]:
 
 
 def checked_parts(
-    out_dir: Path, sources: Sequence[SourceFile], settings: dict, tokenizer_hash: str, dtype: np.dtype
+    out_dir: Path,
+    expected: list[list[PieceKey]],
+    corpus_bytes: int,
+    settings: dict,
+    tokenizer_hash: str,
+    dtype: np.dtype,
 ) -> tuple[list[PartRecord], CorpusSummary]:
     """The finished parts in ``out_dir``, in order, after checking all of them (nothing is written before): all
     N are there, each of this tokenizer and these settings (a difference is named with both values), each over
-    the files the corpus listing gives it (names and sizes), every token file as its ``part.json`` records it
+    the pieces ``expected`` gives it (the corpus cut into N by :func:`tablefree.data.spans.plan_pieces`: names,
+    sizes and spans), cut from a corpus of ``corpus_bytes``, every token file as its ``part.json`` records it
     (size and sha256). Returns them with the corpus summary their scans make together."""
     paths = sorted((out_dir / PARTS_DIR).glob(f"*/{PART_FILE}"))
     if not paths:
@@ -161,10 +139,8 @@ def checked_parts(
     if found != [[i, n] for i in range(1, n + 1)]:
         missing = sorted({i for i in range(1, n + 1)} - {i for i, m in found if m == n})
         raise ValueError(f"{out_dir / PARTS_DIR}: parts of {n} expected, missing {missing} (found {found})")
-    sizes = file_sizes(sources)
-    ranges = part_file_ranges(sizes, n)
     advice = "; prepare the part again with this merge's arguments, or merge with the part's"
-    for record, (first, end) in zip(records, ranges, strict=True):
+    for record, listed in zip(records, expected, strict=True):
         index = record.part[0]
         where = part_dir(out_dir, index, n) / PART_FILE
         if record.tokenizer_hash != tokenizer_hash:
@@ -176,20 +152,19 @@ def checked_parts(
             if record.settings.get(key) != settings.get(key):
                 values = f"the part's {record.settings.get(key)!r}, this merge's {settings.get(key)!r}"
                 raise ValueError(f"{where}: part {index}/{n} field settings.{key}: {values}{advice}")
-        listed = [(s.rel, size) for s, size in zip(sources[first:end], sizes[first:end], strict=True)]
-        theirs = [(info.file, info.bytes) for info in record.sources]
-        for k, (a, b) in enumerate(itertools.zip_longest(theirs, listed, fillvalue=(None, None))):
+        theirs = [piece_key(info.file, info.bytes, info) for info in record.pieces]
+        for k, (a, b) in enumerate(itertools.zip_longest(theirs, listed)):
             if a != b:
                 raise ValueError(
-                    f"{where}: part {index}/{n} field sources[{k}]: the part read {_file(a)}, this merge's "
+                    f"{where}: part {index}/{n} field pieces[{k}]: the part read {_file(a)}, this merge's "
                     f"corpus gives it {_file(b)} (another corpus, or files changed since){advice}"
                 )
     for record in records:  # each part's own files agree; the others' sizes fixed how the corpus was cut
-        if record.corpus_bytes != sum(sizes):
+        if record.corpus_bytes != corpus_bytes:
             index = record.part[0]
             raise ValueError(
                 f"{part_dir(out_dir, index, n) / PART_FILE}: part {index}/{n} field corpus_bytes: the part's "
-                f"{record.corpus_bytes:,}, this merge's {sum(sizes):,} (another corpus, or files changed since)"
+                f"{record.corpus_bytes:,}, this merge's {corpus_bytes:,} (another corpus, or files changed since)"
                 f"{advice}"
             )
     for record in records:
@@ -213,15 +188,28 @@ def checked_parts(
                     f"{path}: part {index}/{n} field splits.{split}.sha256: the file's is {digest[:16]}…, "
                     f"{PART_FILE} records {info.sha256[:16]}… (damaged or changed); prepare the part again"
                 )
+    pieces = [piece for record in records for piece in record.pieces]
     summary = CorpusSummary(
-        files=[info for record in records for info in record.sources],
+        files=compose_files(pieces),
         junk=[junk for record in records for junk in record.junk],
+        pieces=pieces,
     )
     return records, summary
 
 
-def _file(file: tuple[str | None, int | None]) -> str:
-    return "no file" if file[0] is None else f"{file[0]} of {file[1]:,} bytes"
+def piece_key(file: str, size: int, piece: Piece | PieceInfo) -> PieceKey:
+    """(name, bytes, spans) of a piece: the spans [first, end, count] read, None for a file read whole."""
+    if isinstance(piece, PieceInfo):
+        return file, size, piece.spans
+    return file, size, None if piece.whole else [piece.first, piece.end, piece.count]
+
+
+def _file(piece: PieceKey | None) -> str:
+    if piece is None:
+        return "no file"
+    file, size, spans = piece
+    share = "" if spans is None else f" (spans {spans[0]}-{spans[1]} of {spans[2]})"
+    return f"{file} of {size:,} bytes{share}"
 
 
 def feed_parts(out_dir: Path, records: list[PartRecord], writers: dict[str, TokenSink], journal) -> None:

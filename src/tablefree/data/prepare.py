@@ -43,21 +43,25 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from tablefree.data.corpus import Corpus, CorpusSummary
+from tablefree.data.corpus import Corpus, CorpusSummary, PieceInfo
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.data.documents import (
     DEFAULT_VAL_DOCUMENTS,
     DEFAULT_VAL_MAX_TOKENS,
     DEFAULT_VAL_SECTION_CHARS,
+    HUB_POSITION,
+    KEYED_HASH_POSITION,
     KEYED_HASH_RULE,
     MIN_VAL_SECTION_CHARS,
     PLAN_RULE,
     SPLIT_RULES,
     SPLITS,
     HubDocuments,
+    HubFiles,
     HubSource,
     KeyedHashDocuments,
     LocalDocuments,
+    hub_data_files,
     validation_share,
 )
 from tablefree.data.parts import (
@@ -68,11 +72,12 @@ from tablefree.data.parts import (
     feed_parts,
     file_sizes,
     part_dir,
-    part_file_ranges,
     part_lock,
+    piece_key,
 )
-from tablefree.data.records import MANIFEST, read_manifest
+from tablefree.data.records import MANIFEST, read_manifest, read_part_record
 from tablefree.data.shards import dtype_for_vocab, open_shard, version_for_vocab
+from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, Span, file_spans, plan_pieces
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -145,6 +150,7 @@ class PrepareSpec:
     strict: bool = False
     gutenberg: bool = False
     max_expansion: float = DEFAULT_MAX_EXPANSION
+    span_bytes: int = DEFAULT_SPAN_BYTES
     max_documents: int | None = None
     workers: int | None = None
     overwrite: bool = False
@@ -166,22 +172,33 @@ class PrepareSpec:
             raise ValueError(f"val_max_tokens must be positive, got {self.val_max_tokens}")
         if self.shard_tokens < 1:
             raise ValueError(f"shard_tokens must be positive, got {self.shard_tokens}")
+        if self.span_bytes < 1:
+            raise ValueError(f"span_bytes must be positive, got {self.span_bytes}")
         if self.split_rule not in SPLIT_RULES:
             raise ValueError(f"split_rule must be one of {', '.join(SPLIT_RULES)}, got {self.split_rule!r}")
         if bool(self.corpus) == (self.hub is not None):
             raise ValueError("give exactly one of a corpus path and a hub dataset")
 
-    def reader(self, files: tuple[int, int] | None = None) -> Corpus:
-        """The corpus (or the files ``files`` of its listing), keeping document lengths only for the plan."""
+    def reader(self, pieces: list[Piece] | None = None) -> Corpus:
+        """The corpus (or the pieces ``pieces`` of its files), keeping document lengths only for the plan, read in
+        spans only under the keyed-hash rule (the plan reads whole files, as it always has)."""
+        keyed = self.split_rule == KEYED_HASH_RULE
         return Corpus(
             list(self.corpus),
             text_field=self.text_field,
             strict=self.strict,
             gutenberg=self.gutenberg,
             max_expansion=self.max_expansion,
-            files=files,
-            lengths=self.split_rule == PLAN_RULE,
+            span_bytes=self.span_bytes if keyed else None,
+            pieces=pieces,
+            lengths=not keyed,
         )
+
+    def plan(self, listing: Corpus, n: int) -> list[list[Piece]]:
+        """The pieces of each of ``n`` parts: the listed files' spans (sizes and parquet footers, no text) cut into
+        ``n`` contiguous runs of about equal weight."""
+        spans = [file_spans(source, self.span_bytes, self.text_field) for source in listing.listed]
+        return plan_pieces(spans, n)
 
     def share(self, reader: Corpus) -> float:
         """The keyed-hash rule's share of the text held out, from the corpus files' sizes (every part knows them)."""
@@ -203,19 +220,30 @@ class PrepareSpec:
         }
         if rule == KEYED_HASH_RULE:
             settings["val_max_tokens"] = self.val_max_tokens
+            settings["position"] = KEYED_HASH_POSITION if self.hub is None else HUB_POSITION
+            if self.hub is None:
+                settings["span_bytes"] = self.span_bytes
         return settings
 
     def across_jobs(self, what: str) -> None:
         """Refuse, naming ``what``, a part or merge this spec cannot make."""
-        if self.hub is not None:
-            raise ValueError(
-                f"{what}: splitting across jobs needs a local corpus (a hub stream has no files)"
-            )
         if self.tokenizer is None:
             raise ValueError(
                 f"{what}: give the tokenizer (--tokenizer): every part must use the same one; train it once "
                 "with `tablefree tokenizer train CORPUS --vocab-size V -o tokenizer.json`"
             )
+        if self.hub is not None and self.split_rule != KEYED_HASH_RULE:
+            raise ValueError(
+                f"{what}: parts of a hub dataset need --split-rule {KEYED_HASH_RULE}: its default rule hashes each "
+                "document's index in the whole stream, which a part of it cannot know"
+            )
+        if self.hub is not None:
+            hub_data_files(self.hub)  # refused without them
+            if self.max_documents is not None:
+                raise ValueError(
+                    f"{what}: --max-documents counts documents across the whole stream, which a part of it cannot "
+                    "know; leave it out, or choose fewer --hub-data-files"
+                )
         if self.split_rule != KEYED_HASH_RULE:
             raise ValueError(
                 f"{what}: parts need --split-rule {KEYED_HASH_RULE} (split_rule={KEYED_HASH_RULE!r}): the "
@@ -266,6 +294,9 @@ def prepare_dataset(
 
 
 def _documents(spec: PrepareSpec, reader: Corpus | None, summary: CorpusSummary | None):
+    if spec.hub is not None and spec.split_rule == KEYED_HASH_RULE:
+        files = HubFiles(spec.hub, hub_data_files(spec.hub), spec.text_field, spec.max_documents)
+        return _hub_documents(spec, files)
     if spec.hub is not None:
         return HubDocuments(spec.hub, spec.text_field, spec.val_fraction, spec.seed, spec.max_documents)
     if spec.split_rule == KEYED_HASH_RULE:
@@ -295,7 +326,7 @@ def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
     if spec.hub is None:
         reader = spec.reader()
         summary = _scanned(spec, reader)
-        sources = [asdict(f) for f in summary.files]
+        sources = [f.record() for f in summary.files]
     else:
         reader = summary = None
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
@@ -319,8 +350,8 @@ def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
 
 
 def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) -> dict:
-    """Tokenize part ``part`` = (I, N) of the corpus (its own files only) into ``out_dir/parts/I-of-N/`` and
-    return its record (``part.json``) with ``splits``."""
+    """Tokenize part ``part`` = (I, N) of the corpus (its own pieces only: files, row groups, byte ranges; of a hub
+    dataset, its data files) into ``out_dir/parts/I-of-N/`` and return its record (``part.json``) with ``splits``."""
     index, n = part
     what = f"part {index}/{n}"
     spec.across_jobs(what)
@@ -329,11 +360,17 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
     out_dir = Path(out_dir)
     if (out_dir / MANIFEST).exists():
         raise ValueError(f"{out_dir / MANIFEST}: the dataset is complete already; a part of it is not needed")
-    listing = spec.reader()
-    files = part_file_ranges(file_sizes(listing.listed), n)[index - 1]
-    reader = spec.reader(files)
-    summary = _scanned(spec, reader)
-    docs = KeyedHashDocuments(reader, spec.share(listing), spec.val_section_chars, spec.seed)
+    if spec.hub is None:
+        listing = spec.reader()
+        reader = spec.reader(spec.plan(listing, n)[index - 1])
+        summary = _scanned(spec, reader)
+        docs = KeyedHashDocuments(reader, spec.share(listing), spec.val_section_chars, spec.seed)
+        corpus_bytes = sum(file_sizes(listing.listed))
+    else:
+        files, sizes = _hub_files(spec.hub)
+        share = [files[p.file] for p in plan_pieces(_hub_spans(sizes), n)[index - 1]]
+        docs = _hub_documents(spec, HubFiles(spec.hub, share, spec.text_field))
+        corpus_bytes = sum(sizes)
     tok = load_tokenizer(spec.tokenizer) if not isinstance(spec.tokenizer, Tokenizer) else spec.tokenizer
     dtype = dtype_for_vocab(tok.get_vocab_size(with_added_tokens=True))
     directory = part_dir(out_dir, index, n)
@@ -347,14 +384,23 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
         tokenize_documents(
             docs, tok, writers, spec.workers or os.cpu_count() or 1, lambda: None, spec.progress
         )
+        if spec.hub is None:
+            pieces, junk = summary.pieces, summary.junk
+        else:  # a hub stream is counted as it is read
+            hub = docs.corpus
+            pieces = [
+                PieceInfo(file, sizes[files.index(file)], None, hub.documents.get(file, 0))
+                for file in hub.files
+            ]
+            junk = hub.junk
         record = {
             "part": [index, n],
             "split_rule": KEYED_HASH_RULE,
             "tokenizer_hash": tokenizer_hash(tok),
             "settings": spec.settings(KEYED_HASH_RULE),
-            "corpus_bytes": sum(file_sizes(listing.listed)),
-            "sources": [asdict(f) for f in summary.files],
-            "junk": [asdict(j) for j in summary.junk],
+            "corpus_bytes": corpus_bytes,
+            "pieces": [asdict(p) for p in pieces],
+            "junk": [asdict(j) for j in junk],
             "splits": {split: writer.finish() for split, writer in writers.items()},
         }
         write_json_atomic(directory / PART_FILE, record)
@@ -367,20 +413,42 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     spec.across_jobs("merge")
     out_dir = Path(out_dir)
     remove_temp_files(out_dir)
-    listing = spec.reader()
     tok = load_tokenizer(spec.tokenizer) if not isinstance(spec.tokenizer, Tokenizer) else spec.tokenizer
     tok_hash = tokenizer_hash(tok)
     settings = spec.settings(KEYED_HASH_RULE)
     vocab = tok.get_vocab_size(with_added_tokens=True)
+    listing = spec.reader() if spec.hub is None else None
     if (out_dir / MANIFEST).exists() and not (out_dir / PARTS_DIR).exists():
-        return _finished_or_refused(out_dir, tok, settings, listing)
-    records, summary = checked_parts(out_dir, listing.listed, settings, tok_hash, dtype_for_vocab(vocab))
+        return _finished_or_refused(out_dir, tok, settings, spec, listing)
+    parts = _parts_found(out_dir) or 0
+    if listing is not None:
+        sizes = file_sizes(listing.listed)
+        expected = [
+            [piece_key(listing.listed[p.file].rel, sizes[p.file], p) for p in pieces]
+            for pieces in (spec.plan(listing, parts) if parts else [])
+        ]
+    else:
+        files, sizes = _hub_files(spec.hub)
+        expected = [
+            [(files[p.file], sizes[p.file], None) for p in pieces]
+            for pieces in (plan_pieces(_hub_spans(sizes), parts) if parts else [])
+        ]
+    records, summary = checked_parts(
+        out_dir, expected, sum(sizes), settings, tok_hash, dtype_for_vocab(vocab)
+    )
     if summary.documents == 0:
+        where = spec.hub.name if spec.hub is not None else ", ".join(map(str, listing.paths))
         raise ValueError(
-            f"{', '.join(map(str, listing.paths))}: no valid document to prepare; `tablefree data scan` names "
-            "each file and line"
+            f"{where}: no valid document to prepare; `tablefree data scan` names each file and line"
         )
-    sources = [asdict(f) for f in summary.files]
+    if listing is not None:
+        sources = [f.record() for f in summary.files]
+        docs = KeyedHashDocuments(listing, spec.share(listing), spec.val_section_chars, spec.seed)
+    else:  # as a single keyed-hash run of the hub dataset records it: the stream and what it skipped
+        sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
+        docs = _hub_documents(spec, HubFiles(spec.hub, files, spec.text_field))
+        docs.corpus.junk = summary.junk
+        summary = None
     fingerprint = _fingerprint(sources, settings, tok_hash)
     if spec.overwrite:
         clear_dataset(out_dir)
@@ -395,10 +463,40 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     writers, journal = _writers(out_dir, spec, tok, settings, fingerprint, None)
     journal()
     feed_parts(out_dir, records, writers, journal)
-    docs = KeyedHashDocuments(listing, spec.share(listing), spec.val_section_chars, spec.seed)
     manifest = _finish(out_dir, spec, tok, writers, journal, sources, settings, fingerprint, summary, docs)
     shutil.rmtree(out_dir / PARTS_DIR)  # the dataset holds every token of the parts now
     return manifest
+
+
+def _hub_files(source: HubSource) -> tuple[list[str], list[int]]:
+    """A hub source's data files and their sizes (a local file's on disk; 0 for one that is not local)."""
+    files = hub_data_files(source)
+    sizes = []
+    for file in files:
+        try:
+            sizes.append(os.stat(file).st_size)
+        except OSError:
+            sizes.append(0)
+    return files, sizes
+
+
+def _hub_spans(sizes: list[int]) -> list[list[Span]]:
+    """One whole span per data file, weighed by its size when every file is local (else all alike: a remote
+    file's size is not asked for)."""
+    weights = sizes if all(sizes) else [1] * len(sizes)
+    return [[Span(0, size, weight, whole=True)] for size, weight in zip(sizes, weights, strict=True)]
+
+
+def _hub_documents(spec: PrepareSpec, files: HubFiles) -> KeyedHashDocuments:
+    """The keyed-hash rule over a hub dataset's data files: share ``val_fraction`` (the files' text is not
+    sized before it is streamed)."""
+    return KeyedHashDocuments(files, spec.val_fraction, spec.val_section_chars, spec.seed, HUB_POSITION)
+
+
+def _parts_found(out_dir: Path) -> int | None:
+    """N of the parts in ``out_dir`` (the first one's record says; :func:`checked_parts` checks them all)."""
+    paths = sorted((out_dir / PARTS_DIR).glob(f"*/{PART_FILE}"))
+    return read_part_record(paths[0]).part[1] if paths else None
 
 
 def _fingerprint(sources: list[dict], settings: dict, tok_hash: str) -> str:
@@ -421,13 +519,20 @@ def _finished(out_dir: Path, tok: Tokenizer, fingerprint: str) -> dict | None:
     return manifest
 
 
-def _finished_or_refused(out_dir: Path, tok: Tokenizer, settings: dict, listing: Corpus) -> dict:
+def _finished_or_refused(
+    out_dir: Path, tok: Tokenizer, settings: dict, spec: PrepareSpec, listing: Corpus | None
+) -> dict:
     """A merge run again after it finished (the parts are gone): the dataset, when of this tokenizer, these
-    settings and a corpus of these files and sizes (its files' sha256 were the parts' to read)."""
+    settings and a corpus of these files and sizes (its files' sha256 were the parts' to read), or this hub
+    source."""
     manifest = read_manifest(out_dir)
     check_tokenizer(manifest.get("tokenizer_hash", ""), tok, f"the dataset in {out_dir}")
-    recorded = [(s.get("file"), s.get("bytes")) for s in manifest.get("sources") or []]
-    listed = [(s.rel, size) for s, size in zip(listing.listed, file_sizes(listing.listed), strict=True)]
+    if listing is None:
+        recorded: list = manifest.get("sources") or []
+        listed: list = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
+    else:
+        recorded = [(s.get("file"), s.get("bytes")) for s in manifest.get("sources") or []]
+        listed = [(s.rel, size) for s, size in zip(listing.listed, file_sizes(listing.listed), strict=True)]
     if manifest.get("settings") != settings or recorded != listed:
         raise ValueError(
             f"{out_dir / MANIFEST}: this directory holds a dataset prepared from other inputs or settings; "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tablefree.data.corpus import FileInfo
+from tablefree.data.corpus import PieceInfo
 from tablefree.data.documents import SPLITS
 from tablefree.data.sources import Junk
 from tablefree.fileio import read_json
@@ -108,15 +108,15 @@ class PartSplit:
 
 @dataclass(frozen=True)
 class PartRecord:
-    """``part.json``: what a part read (its files, their scan and junk), with which settings and tokenizer, and
-    what it wrote."""
+    """``part.json``: what a part read (its pieces of the corpus files, their scan and junk), with which settings
+    and tokenizer, and what it wrote."""
 
     part: list[int]
     split_rule: str
     tokenizer_hash: str
     settings: dict[str, Any]
     corpus_bytes: int
-    sources: list[FileInfo]
+    pieces: list[PieceInfo]
     junk: list[Junk]
     splits: dict[str, PartSplit]
 
@@ -125,6 +125,17 @@ class PartRecord:
             fail("part", "must be [I, N] with 1 <= I <= N")
         if set(self.splits) != set(SPLITS):
             fail("splits", f"must hold {' and '.join(SPLITS)}")
+        for k, piece in enumerate(self.pieces):
+            if piece.spans is not None and (
+                len(piece.spans) != 3 or not 0 <= piece.spans[0] < piece.spans[1] <= piece.spans[2]
+            ):
+                fail(f"pieces[{k}].spans", "must be [first, end, count] with first < end <= count")
+            if (
+                piece.spans is not None
+                and piece.encoding is not None
+                and (len(piece.span_sha256) != piece.spans[1] - piece.spans[0])
+            ):
+                fail(f"pieces[{k}].span_sha256", "must give one sha256 per span read")
         for split, info in self.splits.items():
             if "/" in info.file or info.file in ("", ".", ".."):
                 fail(f"splits.{split}.file", "must be a file name")

@@ -100,7 +100,8 @@ def dataset_as_used(config: CompareConfig) -> dict[str, Any]:
 
 
 def _source_name(source: Any) -> Any:
-    """A manifest's source entry, short: a local file's name, sha256 and documents, or the hub/adopted record."""
+    """A manifest's source entry, short: a local file's name, sha256 (or, read in spans, span_sha256) and
+    documents, or the hub/adopted record."""
     if isinstance(source, dict) and "file" in source and "sha256" in source:
-        return {k: source[k] for k in ("file", "sha256", "documents") if k in source}
+        return {k: source[k] for k in ("file", "sha256", "span_sha256", "documents") if k in source}
     return source
