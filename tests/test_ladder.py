@@ -69,11 +69,28 @@ def write_rung(
     directory.mkdir(parents=True)
     model = {"n_layers": n_layers, "d_model": 64}
     report = {"name": f"rung-{n_layers}", "config": {"train": {"model": model}, "grid_points": points}}
+    if len(rates) > 1:  # the rate check per budget, as report.json's statistics.learning_rate holds it
+        report["statistics"] = {
+            "learning_rate": [_rate_check(index, rates, seeds) for index in range(len(RATIOS))]
+        }
     (directory / "report.json").write_text(json.dumps(report))
     names = [p["name"] for p in points]
     data = {"format": "tablefree-report-data/1", "baselines": [], "grid_points": names, "runs": runs}
     (directory / "report_data.json").write_text(json.dumps(data))
     return directory
+
+
+def _rate_check(budget: int, rates, seeds: int) -> dict:
+    """Canonical's 0.05 better rate chosen at the largest budget only (the smaller ones choose the first rate):
+    the ladder must take the largest budget's choice for every ratio."""
+    canonical = rates[1] if budget == len(RATIOS) - 1 else rates[0]
+    return {
+        "points": [f"lr{rate:g}-b{budget}" for rate in rates],
+        "per_interface": {
+            "learned": {"chosen": rates[0], "seeds": seeds},
+            "canonical": {"chosen": canonical, "seeds": seeds},
+        },
+    }
 
 
 def test_contrast_of_two_groups_is_the_change_of_their_paired_gaps():
@@ -187,6 +204,38 @@ def test_a_rung_with_rates_is_compared_at_the_named_rate(tmp_path: Path):
     assert gap == pytest.approx(-0.3, abs=0.02)  # the 4e-3 canonical runs, not the better 8e-3 ones
 
 
+def test_own_rates_compare_each_interface_at_its_rungs_choice(tmp_path: Path):
+    """--rate own: each interface at the rate chosen at its rung's largest budget, at every ratio; a rung
+    without a rate check at its one rate, said to be unchecked."""
+    dirs = [write_rung(tmp_path / "l2", 2, {r: -0.3 for r in RATIOS}, rates=(4e-3, 8e-3))]
+    dirs.append(write_rung(tmp_path / "l4", 4, {r: -0.2 for r in RATIOS}))
+    data = ladder_data(dirs, rate="own")
+    report = ladder_report(data, n_boot=200)
+    two, four = report["rungs"]
+    assert two["rates"] == {r: {"learned": 4e-3, "canonical": 8e-3} for r in RATIOS}
+    assert two["rate_choice"]["checked"] and two["rate_choice"]["points"] == ["lr0.004-b2", "lr0.008-b2"]
+    for row in two["ratios"]:  # the better 8e-3 canonical runs: the lead is 0.25, not 0.3
+        assert row["gaps"]["canonical"]["estimate"] == pytest.approx(-0.25, abs=0.02)
+        assert row["point"] == {"learned": row["point"]["learned"], "canonical": row["point"]["canonical"]}
+        assert row["point"]["canonical"].startswith("lr0.008") and row["point"]["learned"].startswith(
+            "lr0.004"
+        )
+        assert row["loss"]["learned"]["seeds"] == row["loss"]["canonical"]["seeds"] == 3
+    assert four["rate_choice"] == {
+        "rates": {"canonical": 4e-3, "learned": 4e-3},
+        "checked": False,
+        "points": None,
+    }
+    step = next(e for e in report["across"] if e["ratio"] == 30.0)["steps"][0]
+    assert step["estimate"] == pytest.approx(0.05, abs=0.03)  # -0.25 → -0.2
+    markdown = (
+        write_ladder(tmp_path / "out", data, n_boot=200) and (tmp_path / "out" / "report.md").read_text()
+    )
+    assert "learned 0.004, canonical 0.008" in markdown and "no rate check in its report" in markdown
+    with pytest.raises(ValueError, match="expected a number or 'own'"):
+        ladder_data(dirs, rate="best")
+
+
 def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     dirs = [write_rung(tmp_path / f"l{n}", n, {r: -0.2 for r in RATIOS}) for n in (2, 4, 8)]
     assert main(["ladder", *map(str, dirs), "--out", str(tmp_path / "a"), "--bootstrap", "200"]) == 0
@@ -194,5 +243,8 @@ def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: py
     rebuilt = ["ladder", "--data", str(tmp_path / "a" / "report_data.json"), "--out", str(tmp_path / "b")]
     assert main([*rebuilt, "--bootstrap", "200"]) == 0
     assert (tmp_path / "a" / "report.json").read_text() == (tmp_path / "b" / "report.json").read_text()
+    own = ["ladder", *map(str, dirs), "--rate", "own", "--out", str(tmp_path / "own"), "--bootstrap", "200"]
+    assert main(own) == 0 and "its only rate" in (tmp_path / "own" / "report.md").read_text()
+    capsys.readouterr()
     assert main(["ladder", str(dirs[0]), "--data", "x", "--out", str(tmp_path / "c")]) == 1
     assert "either RUNG_DIR" in capsys.readouterr().err

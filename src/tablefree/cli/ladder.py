@@ -32,14 +32,24 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=_rate,
         default=None,
-        help="the peak rate to compare every rung at, where a rung's grid also has rates (default: its only one)",
+        help="the peak rate to compare every rung at, where a rung's grid also has rates (default: its only one), "
+        "or `own`: each interface at the rate its rung's rate check chose at the rung's largest budget",
     )
     parser.add_argument(
         "--bootstrap", type=int, default=stats.DEFAULT_BOOTSTRAP, help="bootstrap replicates (default: 10000)"
     )
     parser.set_defaults(func=run)
+
+
+def _rate(text: str) -> float | str:
+    if text == "own":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or `own`, got {text!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,18 +34,23 @@ FORMAT = "tablefree-ladder-data/1"
 REFERENCE = "learned"
 DEFAULT_RATIOS = (7.5, 15.0, 30.0)
 MIN_RUNGS_FOR_TREND = 3  # a slope through two rungs is their difference: say so, do not call it a trend
+OWN_RATES = "own"  # ladder_data's rate: each interface at the rate its rung's rate check chose
 
 
 def ladder_data(
-    rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS, rate: float | None = None
+    rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS, rate: float | str | None = None
 ) -> dict[str, Any]:
     """The ladder's raw data from each rung's report directory (``report.json`` + ``report_data.json``, as
     ``tablefree report`` writes them): per rung its body and, per ratio, the finished runs of the budget at that
     many tokens per parameter of its learned model (within 5%), without their training curves. Refuses a rung
     without such a budget, naming the ratios it has. A rung whose grid also has rates trains several points at a
-    ratio: ``rate`` picks the peak rate every rung is compared at (refused without it, naming the rates)."""
+    ratio: ``rate`` picks the peak rate every rung is compared at (refused without it, naming the rates), or
+    ``"own"`` compares each interface at its own rate: the one its rung's rate check chose on the selection split
+    at the rung's largest budget (a rung without a rate check: its one rate, marked unchecked)."""
     if len(rung_dirs) < 2:
         raise ValueError(f"a ladder needs at least two rungs (report directories), got {len(rung_dirs)}")
+    if isinstance(rate, str) and rate != OWN_RATES:
+        raise ValueError(f"rate: expected a number or {OWN_RATES!r}, got {rate!r}")
     rungs = []
     for directory in map(Path, rung_dirs):
         report = read_json(directory / "report.json")
@@ -66,10 +71,14 @@ def ladder_data(
             by_point.setdefault(record["point"], []).append(record)
         have = {p: max(r["tokens_seen"] for r in rs) / learned_params for p, rs in by_point.items()}
         rates = _point_rates(report.get("config") or {})
-        points = {}
+        own = _own_rates(report, by_point, directory) if rate == OWN_RATES else None
+        points: dict[str, str | dict[str, str]] = {}
         for ratio in ratios:
             match = [p for p, r in have.items() if abs(r / ratio - 1) <= RATIO_TOLERANCE]
-            if rate is not None:
+            if own is not None:
+                points[f"{ratio:g}"] = _own_points(own["rates"], match, rates, by_point, data_path, ratio)
+                continue
+            if isinstance(rate, float | int):
                 match = [p for p in match if rates.get(p) is not None and math.isclose(rates[p], rate)]
             if not match:
                 found = ", ".join(
@@ -96,14 +105,78 @@ def ladder_data(
                 "learned_params": learned_params,
                 "table_params": learned[0]["params"]["input_interface"],
                 "points": points,
-                "rates": {ratio: rates.get(point) for ratio, point in points.items()},
+                "rates": {ratio: _rates_of(point, rates) for ratio, point in points.items()},
+                "rate_choice": own,
                 "runs": [
-                    {k: v for k, v in r.items() if k != "curve"} for p in points.values() for r in by_point[p]
+                    {k: v for k, v in r.items() if k != "curve"}
+                    for point in points.values()
+                    for r in _point_runs(point, by_point)
                 ],
             }
         )
     rungs.sort(key=lambda r: r["model"]["n_layers"])
     return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rate": rate, "rungs": rungs}
+
+
+def _own_rates(report: dict[str, Any], by_point: dict[str, list[dict]], directory: Path) -> dict[str, Any]:
+    """Each interface's rate as the rung's rate check chose it at its largest budget (``report.json``,
+    statistics.learning_rate), with what it was chosen on; a rung without a rate check: its one rate, unchecked."""
+    checks = ((report.get("statistics") or {}).get("learning_rate")) or []
+    if not checks:
+        rates = {_point_rates(report.get("config") or {}).get(p) for p in by_point}
+        if len(rates) != 1 or None in rates:
+            raise ValueError(f"{directory / 'report.json'}: no rate check, and its points have rates {rates}")
+        interfaces = sorted({r["interface"] for runs in by_point.values() for r in runs})
+        return {"rates": dict.fromkeys(interfaces, rates.pop()), "checked": False, "points": None}
+
+    def budget(check: dict[str, Any]) -> int:
+        return max((r["tokens_seen"] for p in check["points"] for r in by_point.get(p, [])), default=0)
+
+    largest = max(checks, key=budget)
+    return {
+        "rates": {i: cell["chosen"] for i, cell in largest["per_interface"].items()},
+        "checked": True,
+        "points": largest["points"],
+        "seeds": {i: cell["seeds"] for i, cell in largest["per_interface"].items()},
+    }
+
+
+def _own_points(
+    own: dict[str, float],
+    match: list[str],
+    rates: dict[str, float | None],
+    by_point: dict[str, list[dict]],
+    data_path: Path,
+    ratio: float,
+) -> dict[str, str]:
+    """interface -> the point at ``ratio`` where it trained at its own rate."""
+    chosen = {}
+    for interface, wanted in own.items():
+        at = [
+            p
+            for p in match
+            if rates.get(p) is not None
+            and math.isclose(rates[p], wanted)
+            and any(r["interface"] == interface for r in by_point[p])
+        ]
+        if len(at) != 1:
+            raise ValueError(
+                f"{data_path}: {interface}'s own rate {wanted:g} has {len(at)} finished points at {ratio:g} "
+                f"tokens per learned parameter (expected one; points there: {', '.join(match) or 'none'})"
+            )
+        chosen[interface] = at[0]
+    return chosen
+
+
+def _rates_of(point: str | dict[str, str], rates: dict[str, float | None]) -> float | dict[str, float] | None:
+    return {i: rates[p] for i, p in point.items()} if isinstance(point, dict) else rates.get(point)
+
+
+def _point_runs(point: str | dict[str, str], by_point: dict[str, list[dict]]) -> list[dict]:
+    """The runs a ratio compares: a point's, or each interface's at its own point."""
+    if isinstance(point, dict):
+        return [r for interface, p in point.items() for r in by_point[p] if r["interface"] == interface]
+    return by_point[point]
 
 
 def _point_rates(config: dict[str, Any]) -> dict[str, float | None]:
@@ -146,13 +219,15 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
             key: rung[key]
             for key in ("name", "source", "source_sha256", "sweep", "model", "learned_params", "rates")
         }
+        entry["rate_choice"] = rung.get("rate_choice")
         entry["table_share"] = rung["table_params"] / rung["learned_params"]
         entry["non_table_params"] = rung["learned_params"] - rung["table_params"]
         entry["ratios"] = []
         observations = []
         for ratio in ratios:
             point = rung["points"][ratio]
-            here = [run for run in runs if run.point == point]
+            wanted = point if isinstance(point, dict) else None
+            here = [run for run in runs if run.point == (wanted or {}).get(run.interface, point)]
             tokens = max(run.summary["tokens_seen"] for run in here)
             row: dict[str, Any] = {
                 "ratio": float(ratio),
@@ -306,7 +381,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += [f"**{report['answer']}**" if report["answer"] else "No pair was measured on two rungs.", ""]
     lines += ["Every ratio and pair:", ""]
     lines += [f"- {s}" for s in report["sentences"]]
-    lines += ["", "## Per rung", ""]
+    lines += ["", "## Per rung", "", *_rate_lines(report)]
     for ratio in (f"{r:g}" for r in report["ratios"]):
         lines += [f"### {ratio} tokens per parameter of the learned model", ""]
         header = [
@@ -330,7 +405,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 rung["name"],
                 f"{rung['learned_params']:,}",
                 f"{rung['table_share']:.1%}",
-                f"{rung['rates'].get(ratio)}",
+                _fmt_rate(rung["rates"].get(ratio)),
                 f"{row['tokens'] / 1e6:.2f}M",
                 f"{row['tokens_per_param']:.2f}",
                 f"{row['compute']:.3g}",
@@ -379,6 +454,31 @@ def render_markdown(report: dict[str, Any]) -> str:
         for r in report["rungs"]
     ]
     return "\n".join(lines) + "\n"
+
+
+def _fmt_rate(rate: float | dict[str, float] | None) -> str:
+    if isinstance(rate, dict):
+        return ", ".join(f"{interface} {value:g}" for interface, value in rate.items())
+    return "–" if rate is None else f"{rate:g}"
+
+
+def _rate_lines(report: dict[str, Any]) -> list[str]:
+    """How each rung's rates were chosen, where the ladder compares each interface at its own."""
+    lines = []
+    for rung in report["rungs"]:
+        choice = rung.get("rate_choice")
+        if not choice:
+            continue
+        rates = _fmt_rate(choice["rates"])
+        if choice["checked"]:
+            seeds = ", ".join(f"{i} {n}" for i, n in choice["seeds"].items())
+            lines.append(
+                f"- {rung['name']}: {rates}, each interface's own rate, chosen on the selection split at the "
+                f"rung's largest budget over points {', '.join(choice['points'])} (seeds: {seeds})"
+            )
+        else:
+            lines.append(f"- {rung['name']}: {rates}, its only rate: no rate check in its report")
+    return ["Rates (each interface at its own):", "", *lines, ""] if lines else []
 
 
 def _fmt_loss(cell: dict[str, Any]) -> str:
