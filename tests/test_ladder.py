@@ -86,9 +86,15 @@ def _rate_check(budget: int, rates, seeds: int) -> dict:
     canonical = rates[1] if budget == len(RATIOS) - 1 else rates[0]
     return {
         "points": [f"lr{rate:g}-b{budget}" for rate in rates],
+        "selection": {"name": "selection split", "too_small": None},
         "per_interface": {
-            "learned": {"chosen": rates[0], "seeds": seeds},
-            "canonical": {"chosen": canonical, "seeds": seeds},
+            "learned": {"chosen": rates[0], "seeds": seeds, "at_edge": True, "rates": {str(rates[0]): {}}},
+            "canonical": {
+                "chosen": canonical,
+                "seeds": seeds,
+                "at_edge": True,
+                "rates": {str(rate): {} for rate in rates},
+            },
         },
     }
 
@@ -221,19 +227,42 @@ def test_own_rates_compare_each_interface_at_its_rungs_choice(tmp_path: Path):
             "lr0.004"
         )
         assert row["loss"]["learned"]["seeds"] == row["loss"]["canonical"]["seeds"] == 3
-    assert four["rate_choice"] == {
-        "rates": {"canonical": 4e-3, "learned": 4e-3},
-        "checked": False,
-        "points": None,
-    }
+    assert not four["rate_choice"]["checked"] and four["rates"]["30"] == {"learned": 4e-3, "canonical": 4e-3}
     step = next(e for e in report["across"] if e["ratio"] == 30.0)["steps"][0]
     assert step["estimate"] == pytest.approx(0.05, abs=0.03)  # -0.25 → -0.2
-    markdown = (
-        write_ladder(tmp_path / "out", data, n_boot=200) and (tmp_path / "out" / "report.md").read_text()
+    assert report["answer"].endswith(
+        "Each interface at its own rate; not checked on 4 layers (its one rate)."
     )
-    assert "learned 0.004, canonical 0.008" in markdown and "no rate check in its report" in markdown
+    write_ladder(tmp_path / "out", data, n_boot=200)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert (
+        "learned 0.004 (its only rate: not chosen); canonical 0.008 of {0.004, 0.008} on 3 seeds" in markdown
+    )
+    assert "chosen on the selection split" in markdown and "no rate check in its report" in markdown
     with pytest.raises(ValueError, match="expected a number or 'own'"):
         ladder_data(dirs, rate="best")
+
+
+def test_own_rates_refuse_an_unrated_interface_and_points_of_other_budgets(tmp_path: Path):
+    dirs = [write_rung(tmp_path / "l2", 2, {r: -0.3 for r in RATIOS}, rates=(4e-3, 8e-3))]
+    dirs.append(write_rung(tmp_path / "l4", 4, {r: -0.2 for r in RATIOS}))
+    report_path = dirs[0] / "report.json"
+    original = report_path.read_text()
+    report = json.loads(original)
+    for check in report["statistics"]["learning_rate"]:
+        del check["per_interface"]["canonical"]
+    report_path.write_text(json.dumps(report))
+    with pytest.raises(ValueError, match="rated learned, not canonical"):
+        ladder_data(dirs, rate="own")
+    report_path.write_text(original)
+    data_path = dirs[0] / "report_data.json"
+    runs = json.loads(data_path.read_text())
+    for run in runs["runs"]:  # canonical's own 8e-3 runs 4% shorter: within the ratio's 5%, not one budget
+        if run["point"].startswith("lr0.008"):
+            run["tokens_seen"] = int(run["tokens_seen"] * 0.96)
+    data_path.write_text(json.dumps(runs))
+    with pytest.raises(ValueError, match="trained different budgets"):
+        ladder_data(dirs, rate="own")
 
 
 def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -120,24 +120,47 @@ def ladder_data(
 
 def _own_rates(report: dict[str, Any], by_point: dict[str, list[dict]], directory: Path) -> dict[str, Any]:
     """Each interface's rate as the rung's rate check chose it at its largest budget (``report.json``,
-    statistics.learning_rate), with what it was chosen on; a rung without a rate check: its one rate, unchecked."""
+    statistics.learning_rate), with what it was chosen among, on how many seeds and on which split; a rung without
+    a rate check: its one rate, unchecked. An interface the rung trained but the check did not rate is refused."""
+    trained = list(dict.fromkeys(r["interface"] for runs in by_point.values() for r in runs))
     checks = ((report.get("statistics") or {}).get("learning_rate")) or []
     if not checks:
         rates = {_point_rates(report.get("config") or {}).get(p) for p in by_point}
         if len(rates) != 1 or None in rates:
             raise ValueError(f"{directory / 'report.json'}: no rate check, and its points have rates {rates}")
-        interfaces = sorted({r["interface"] for runs in by_point.values() for r in runs})
-        return {"rates": dict.fromkeys(interfaces, rates.pop()), "checked": False, "points": None}
+        rate = rates.pop()
+        return {
+            "checked": False,
+            "rates": dict.fromkeys(trained, rate),
+            "per_interface": {i: {"chosen": rate, "among": [rate], "seeds": None} for i in trained},
+        }
 
     def budget(check: dict[str, Any]) -> int:
         return max((r["tokens_seen"] for p in check["points"] for r in by_point.get(p, [])), default=0)
 
     largest = max(checks, key=budget)
+    missing = [i for i in trained if i not in largest["per_interface"]]
+    if missing:
+        raise ValueError(
+            f"{directory / 'report.json'}: the rate check at the largest budget (points "
+            f"{', '.join(largest['points'])}) rated {', '.join(largest['per_interface'])}, not {', '.join(missing)}"
+        )
+    selection = largest.get("selection") or {}
     return {
-        "rates": {i: cell["chosen"] for i, cell in largest["per_interface"].items()},
         "checked": True,
+        "rates": {i: cell["chosen"] for i, cell in largest["per_interface"].items()},
         "points": largest["points"],
-        "seeds": {i: cell["seeds"] for i, cell in largest["per_interface"].items()},
+        "selection": selection.get("name", "unknown"),
+        "selection_too_small": selection.get("too_small"),
+        "per_interface": {
+            i: {
+                "chosen": cell["chosen"],
+                "among": sorted(float(rate) for rate in cell["rates"]),
+                "seeds": cell["seeds"],
+                "at_edge": cell["at_edge"],
+            }
+            for i, cell in largest["per_interface"].items()
+        },
     }
 
 
@@ -165,6 +188,12 @@ def _own_points(
                 f"tokens per learned parameter (expected one; points there: {', '.join(match) or 'none'})"
             )
         chosen[interface] = at[0]
+    tokens = {i: max(r["tokens_seen"] for r in by_point[p] if r["interface"] == i) for i, p in chosen.items()}
+    if len(set(tokens.values())) > 1:
+        raise ValueError(
+            f"{data_path}: at {ratio:g} tokens per learned parameter the interfaces' own points trained different "
+            f"budgets ({', '.join(f'{i} {n:,} at {chosen[i]}' for i, n in tokens.items())}): a gap compares one budget"
+        )
     return chosen
 
 
@@ -309,7 +338,7 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
                     f"{len(present)} rungs: a slope needs {MIN_RUNGS_FOR_TREND} (through two it is their step)"
                 )
             result["across"].append(entry)
-    result["sentences"] = _sentences(result)
+    result["sentences"] = _sentences(result, data.get("rate"))
     # the question asked first: the reference against the first code at the largest ratio (the papers' regime)
     primary = next((e for e in result["across"] if e["ratio"] == max(data["ratios"])), None)
     result["answer"] = None if primary is None else result["sentences"][result["across"].index(primary)]
@@ -342,8 +371,17 @@ def _reading(d: dict[str, Any]) -> str:
     return "shrinks (resolved)" if d["estimate"] > 0 else "grows (resolved)"
 
 
-def _sentences(result: dict[str, Any]) -> list[str]:
+def _sentences(result: dict[str, Any], rate: float | str | None) -> list[str]:
     out = []
+    unchecked = [
+        r["name"] for r in result["rungs"] if r.get("rate_choice") and not r["rate_choice"]["checked"]
+    ]
+    if rate == OWN_RATES:
+        tail = " Each interface at its own rate" + (
+            f"; not checked on {', '.join(unchecked)} (its one rate)." if unchecked else "."
+        )
+    else:
+        tail = "" if rate is None else f" Every rung at peak rate {rate:g}."
     for entry in result["across"]:
         code, ratio = entry["code"], f"{entry['ratio']:g}"
         gaps = "; ".join(
@@ -364,7 +402,7 @@ def _sentences(result: dict[str, Any]) -> list[str]:
                 f" From {step['from']} to {step['to']} it changes by {_fmt_gap(step)}: the lead "
                 f"{_reading(step)}; {entry['trend_refused']}."
             )
-        out.append(head)
+        out.append(head + tail)
     return out
 
 
@@ -469,15 +507,27 @@ def _rate_lines(report: dict[str, Any]) -> list[str]:
         choice = rung.get("rate_choice")
         if not choice:
             continue
-        rates = _fmt_rate(choice["rates"])
-        if choice["checked"]:
-            seeds = ", ".join(f"{i} {n}" for i, n in choice["seeds"].items())
+        if not choice["checked"]:
             lines.append(
-                f"- {rung['name']}: {rates}, each interface's own rate, chosen on the selection split at the "
-                f"rung's largest budget over points {', '.join(choice['points'])} (seeds: {seeds})"
+                f"- {rung['name']}: {_fmt_rate(choice['rates'])}, its only rate: no rate check in its report"
             )
-        else:
-            lines.append(f"- {rung['name']}: {rates}, its only rate: no rate check in its report")
+            continue
+        cells = []
+        for interface, cell in choice["per_interface"].items():
+            among = cell["among"]
+            if len(among) == 1:
+                cells.append(f"{interface} {cell['chosen']:g} (its only rate: not chosen)")
+                continue
+            edge = ", at the grid's edge" if cell["at_edge"] else ""
+            cells.append(
+                f"{interface} {cell['chosen']:g} of {{{', '.join(f'{r:g}' for r in among)}}} on "
+                f"{cell['seeds']} seed{'s' if cell['seeds'] != 1 else ''}{edge}"
+            )
+        small = f" ({choice['selection_too_small']})" if choice.get("selection_too_small") else ""
+        lines.append(
+            f"- {rung['name']}: {'; '.join(cells)}; chosen on the {choice['selection']}{small} at the rung's "
+            f"largest budget (points {', '.join(choice['points'])}), used at every ratio"
+        )
     return ["Rates (each interface at its own):", "", *lines, ""] if lines else []
 
 
