@@ -16,7 +16,6 @@ from tablefree.interfaces import INTERFACES
 from tablefree.model_config import preset
 from tablefree.train.parallelize import (
     destroy_distributed,
-    free_port,
     init_distributed,
     parallelize,
     unwrapped_name,
@@ -31,7 +30,7 @@ def sharded_build(tmp_path: Path, processes: int, interface: str, seed: int) -> 
     out = tmp_path / f"{interface}-{processes}.pt"
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-        "--master-port", str(free_port()), str(WORKER), str(out), interface, str(seed),
+        "--standalone", str(WORKER), str(out), interface, str(seed),
     ]  # fmt: skip
     result = subprocess.run(command, env=cli_env(), capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -52,11 +51,10 @@ def assert_same_as_unsharded(built: dict, interface: str | dict, seed: int) -> N
 
 @pytest.fixture
 def process_group(monkeypatch):
-    """A one-process gloo group in this process (FSDP2 needs one even on a single device); the rendezvous
-    variables are set through monkeypatch, so they are gone after the test."""
-    rendezvous = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
-    for key, value in rendezvous.items():
-        monkeypatch.setenv(key, value)
+    """A one-process gloo group in this process (FSDP2 needs one even on a single device), on the private
+    in-memory rendezvous a process outside torchrun gets (no rendezvous variables: monkeypatch removes any)."""
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
     info = init_distributed("cpu", force_process_group=True)
     yield info
     destroy_distributed()

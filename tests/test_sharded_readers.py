@@ -20,7 +20,6 @@ from tablefree.checkpoint import layout
 from tablefree.checkpoint.layout import MODEL_FILE, SHARDED_DIR, CheckpointError, is_sharded
 from tablefree.checkpoint.model_dir import consolidate, empty_model, load_model, read_model_config
 from tablefree.fileio import sha256_file
-from tablefree.train.parallelize import free_port
 from train_helpers import cli_env, make_dataset, micro_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -39,7 +38,7 @@ def sharded_run(tmp_path_factory) -> tuple[Path, Path]:
     config_path = write_config(root / "config.yaml", config)
     run_dir = root / "run"
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master-port", str(free_port()),
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
         "-m", "tablefree.cli", "train", "--config", str(config_path), "--run-dir", str(run_dir),
         "parallel=fsdp", "checkpoint_format=sharded",
     ]  # fmt: skip

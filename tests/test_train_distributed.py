@@ -16,7 +16,6 @@ from tablefree.checkpoint import layout
 from tablefree.checkpoint.layout import MODEL_FILE, SHARDED_DIR, is_sharded
 from tablefree.checkpoint.model_dir import consolidate, load_model
 from tablefree.train.faults import KILL_AFTER_STEP_ENV
-from tablefree.train.parallelize import free_port
 from train_helpers import cli_env, make_dataset, micro_config, train_losses, write_config
 
 pytestmark = pytest.mark.slow
@@ -31,7 +30,7 @@ def command(config_path, run_dir, processes: int, *extra: str) -> list[str]:
     if processes > 1:
         launcher = [
             sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
-            "--master-port", str(free_port()), "-m", "tablefree.cli",
+            "--standalone", "-m", "tablefree.cli",
         ]  # fmt: skip
     return [*launcher, "train", "--config", str(config_path), "--run-dir", str(run_dir), *extra]
 

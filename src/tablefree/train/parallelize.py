@@ -9,7 +9,6 @@ gloo on CPUs. Without those variables the run is a single process.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -61,23 +60,16 @@ def init_distributed(requested_device: str = "auto", force_process_group: bool =
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if (world_size > 1 or force_process_group) and not dist.is_initialized():
-        if world_size == 1:  # a private single-process rendezvous on a free local port
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
-            os.environ.setdefault("RANK", "0")
-            os.environ.setdefault("WORLD_SIZE", "1")
         backend = "nccl" if device.type == "cuda" else "gloo"
+        rendezvous: dict = {}
+        if world_size == 1 and "MASTER_PORT" not in os.environ:
+            # a private single-process group: an in-memory store, no port that another process could take first
+            rendezvous = {"store": dist.HashStore(), "rank": 0, "world_size": 1}
         if device.type == "cuda":
-            dist.init_process_group(backend, device_id=device)
+            dist.init_process_group(backend, device_id=device, **rendezvous)
         else:
-            dist.init_process_group(backend)
+            dist.init_process_group(backend, **rendezvous)
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def parallelize(
