@@ -13,7 +13,6 @@ from pathlib import Path
 from tablefree.data.corpus import Corpus
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
 from tablefree.data.documents import SPLIT_RULES
-from tablefree.data.loader import verify_dataset
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
@@ -31,6 +30,7 @@ from tablefree.data.prepare import (
 )
 from tablefree.data.spans import DEFAULT_SPAN_BYTES
 from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
+from tablefree.data.verify import verify_dataset
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -152,7 +152,7 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         description="Check every shard of a prepared dataset against manifest.json: present, header valid, "
         "token count as recorded, and (unless --no-hash) its sha256, its token ids below vocab_size and the "
         "tokenizer's hash. Exit status 1 when anything is wrong. "
-        "Python API: tablefree.data.loader.verify_dataset(DIR, hashes=True).",
+        "Python API: tablefree.data.verify.verify_dataset(DIR, hashes=True).",
     )
     verify.add_argument("dir", help="dataset directory (holding manifest.json)")
     verify.add_argument(
