@@ -69,6 +69,28 @@ def test_a_save_to_disk_folder_prepares_directly_and_splits_into_parts(tmp_path:
     assert manifest["corpus"]["documents"] == 120 and manifest["validation"]["documents"] >= 1
 
 
+def test_a_dataset_dict_folder_is_refused_naming_its_splits(tmp_path: Path) -> None:
+    """Read whole, a DatasetDict's save_to_disk folder was one corpus: its test split went into training."""
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    split = {
+        name: datasets.Dataset.from_dict({"text": [f"{name} text {i}" for i in range(4)]})
+        for name in ("train", "test")
+    }
+    datasets.DatasetDict(split).save_to_disk(folder)
+    for corpus in (folder, tmp_path):  # the folder itself, or a directory holding it
+        with pytest.raises(CorpusError) as refused:
+            Corpus(corpus)
+        message = str(refused.value)
+        assert message.startswith(
+            f"{folder}: a `datasets` DatasetDict folder (dataset_dict.json) holding the splits"
+        )
+        assert "test, train" in message and f"give the split wanted, e.g. {folder / 'train'}" in message
+    with pytest.raises(CorpusError, match="DatasetDict folder"):
+        prepare_dataset(folder, tmp_path / "out", vocab_size=300, **SETTINGS)
+    assert list(Corpus(folder / "train").documents()) == [f"train text {i}" for i in range(4)]
+
+
 def test_a_dataset_folder_without_the_text_column_names_the_columns_it_has(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     folder = tmp_path / "saved"

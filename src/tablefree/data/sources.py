@@ -1,7 +1,8 @@
 """Finding a corpus's files: directories read recursively in sorted order, links followed, and every entry that
 is not read named as junk with the reason (a dangling link, a link loop, a FIFO, device or socket, an unreadable
 file or directory, a file or directory reached a second time through a link, a file of an unsupported type).
-Only regular files are opened (:func:`open_regular`)."""
+Only regular files are opened (:func:`open_regular`). A ``datasets`` DatasetDict folder is refused, naming its
+splits: read whole, its splits would become one corpus."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from pathlib import Path
 
 KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 # The metadata files `datasets`' save_to_disk writes beside its .arrow files: read by no one here, and not junk.
-SAVE_TO_DISK_METADATA = ("dataset_info.json", "state.json", "dataset_dict.json")
+SAVE_TO_DISK_METADATA = ("dataset_info.json", "state.json")
+# What a DatasetDict's save_to_disk writes beside one folder per split: such a folder is refused, not read whole.
+DATASET_DICT_FILE = "dataset_dict.json"
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 
 
@@ -110,10 +113,24 @@ class _Walk:
             detail = f"directory not listed ({error.strerror or error})"
             self.junk.append(Junk(rel or str(path), None, "unreadable", detail))
             return
-        if "state.json" in names or "dataset_dict.json" in names:  # a `datasets` save_to_disk folder
+        if DATASET_DICT_FILE in names:
+            raise CorpusError(_dataset_dict_refusal(path, names))
+        if "state.json" in names:  # a `datasets` save_to_disk folder
             names = [name for name in names if name not in SAVE_TO_DISK_METADATA]
         for name in names:  # sorted names at every level: the order of the sorted relative paths
             self.visit(path / name, f"{rel}/{name}" if rel else name, ancestors)
+
+
+def _dataset_dict_refusal(path: Path, names: list[str]) -> str:
+    """Why a DatasetDict's save_to_disk folder is not read: read whole, its splits would be one corpus (its test
+    split in training)."""
+    splits = [name for name in names if (path / name).is_dir()]
+    wanted = "train" if "train" in splits else (splits[0] if splits else "SPLIT")
+    return (
+        f"{path}: a `datasets` DatasetDict folder ({DATASET_DICT_FILE}) holding the splits "
+        f"{', '.join(splits) or '(none found)'}: read whole, they would all become one corpus (a test split in "
+        f"training); give the split wanted, e.g. {path / wanted}"
+    )
 
 
 def _unreachable(path: Path, rel: str, error: OSError) -> Junk:
