@@ -4,6 +4,7 @@ the single keyed-hash run byte for byte, and a part count beyond the pieces is r
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -112,6 +113,45 @@ def test_one_jsonl_file_splits_by_byte_ranges_and_merges_to_the_single_run(
     assert max(map(part_tokens, records)) <= 1.5 * total / 3
     assert single["settings"]["span_bytes"] == span_bytes
     assert "a .jsonl line's byte offset" in single["settings"]["position"]
+
+
+def test_junk_keeps_the_first_items_of_each_file_and_kind_and_counts_all_the_same_way_in_parts(
+    tokenizer: Path, tmp_path: Path
+) -> None:
+    """At 100M documents with 1% bad lines every junk item was a million objects in memory and in the manifest: the
+    first MAX_JUNK_ITEMS of each file and kind are kept (by position, whichever part read them), all are counted."""
+    from tablefree.data.sources import MAX_JUNK_ITEMS
+
+    lines = [json.dumps({"text": text}) + "\n" for text in texts(150)]
+    bad = [*range(3, 60, 5), *range(60, 150, 2)]  # invalid lines in every span, denser in the later ones
+    for k in bad:
+        lines[k] = "{not json\n"
+    lines[10] = json.dumps({"body": "no text field"}) + "\n"
+    path = tmp_path / "one.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    starts = [0, *itertools.accumulate(len(line.encode()) for line in lines)]
+    span_bytes = len(path.read_bytes()) // 10
+    reader = Corpus(path, span_bytes=span_bytes, lengths=False)
+    summary = reader.scan()
+    invalid = [j for j in summary.junk if j.kind == "invalid-json"]
+    assert len(invalid) == MAX_JUNK_ITEMS < len(bad)
+    assert [j.detail.split(":")[0] for j in invalid] == [
+        f"line at byte {starts[k]:,}" for k in bad[:MAX_JUNK_ITEMS]
+    ]
+    assert summary.junk_log.counts == {"one.jsonl": {"invalid-json": len(bad), "missing-field": 1}}
+    report = summary.as_dict()
+    assert report["junk"] == {"invalid-json": len(bad), "missing-field": 1}
+    assert len(report["junk_items"]) == MAX_JUNK_ITEMS + 1
+    assert f"... and {len(bad) + 1 - 20} more" in summary.format(max_junk=20)
+    records, single = merged_and_single(path, tokenizer, tmp_path, parts=3, span_bytes=span_bytes)
+    per_part = [r["junk_counts"]["one.jsonl"]["invalid-json"] for r in records]
+    # the first part keeps all it found, the second its first MAX_JUNK_ITEMS; the merge joins the first's with the
+    # second's first few, as the single run keeps them
+    assert per_part[0] < MAX_JUNK_ITEMS < per_part[1]
+    assert sum(j["kind"] == "invalid-json" for j in records[1]["junk"]) == MAX_JUNK_ITEMS
+    assert single["corpus"]["junk"] == report["junk"]  # and the merged manifest equals the single one
+    assert single["corpus"]["junk_by_file"] == report["junk_by_file"]
+    assert single["corpus"]["junk_items"] == report["junk_items"]
 
 
 def test_merge_refuses_parts_keyed_by_the_old_position(tokenizer: Path, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from tablefree.data.prepare import (
     prepare_part,
     prepare_single,
 )
+from tablefree.data.sources import MAX_JUNK_ITEMS
 from tablefree.data.spans import DEFAULT_SPAN_BYTES
 from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
 from tablefree.data.verify import verify_dataset
@@ -292,7 +293,7 @@ def run_tokenizer_train(args: argparse.Namespace) -> int:
 
 def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
     """What reading a corpus found, as `data prepare` and `tokenizer train` print it: files, documents,
-    encodings and fallbacks, then the junk by kind and the first items by file and line."""
+    encodings and fallbacks, then the junk by kind and the first items by file and line (or byte offset)."""
     lines = []
     if "encoding_fallbacks" in corpus:
         lines.append(
@@ -303,14 +304,19 @@ def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
         )
     junk = corpus.get("junk_items", [])
     if junk:
+        # counts by kind; a hub manifest prepared before they were kept lists every item instead
+        total = sum(corpus["junk"].values()) if "junk" in corpus else len(junk)
         lines.append(
-            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
+            f"junk skipped ({total:,}): " + ", ".join(f"{k} {n:,}" for k, n in corpus.get("junk", {}).items())
         )
         for item in junk[:max_items]:
             line = f":{item['line']}" if item["line"] is not None else ""
             lines.append(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
-        if len(junk) > max_items:
-            lines.append(f"  ... and {len(junk) - max_items} more (all in `tablefree data scan --json`)")
+        if total > max_items:
+            lines.append(
+                f"  ... and {total - max_items:,} more (`tablefree data scan --json` names the first "
+                f"{MAX_JUNK_ITEMS} of each file and kind and counts them all by file)"
+            )
     return lines
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tablefree.data.corpus import Corpus, CorpusSummary, Junk
+from tablefree.data.corpus import Corpus, CorpusSummary, Junk, JunkLog
 
 SPLITS = ("train", "val")
 PLAN_RULE = "plan"  # the seeded plan over all documents (plan_validation)
@@ -313,9 +313,9 @@ class KeyedHashDocuments:
         )
 
     @property
-    def junk(self) -> list[Junk]:
+    def junk(self) -> JunkLog:
         """What a hub stream skipped (a local corpus's junk is in its scan's summary)."""
-        return getattr(self.corpus, "junk", [])
+        return getattr(self.corpus, "junk", JunkLog())
 
     def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
         index = 0
@@ -367,12 +367,12 @@ class HubFiles:
     ) -> None:
         self.source, self.files, self.text_field = source, list(files), text_field
         self.max_documents = max_documents
-        self.junk: list[Junk] = []
+        self.junk = JunkLog()
         self.documents: dict[str, int] = {}  # valid documents read per data file
 
     def located_documents(self) -> Iterator[tuple[str, int, str]]:
         datasets = _datasets()
-        self.junk, self.documents, count = [], {}, 0
+        self.junk, self.documents, count = JunkLog(), {}, 0
         for file in self.files:
             stream = datasets.load_dataset(
                 self.source.name,
@@ -388,7 +388,7 @@ class HubFiles:
                     return
                 text = record.get(self.text_field)
                 if not isinstance(text, str) or not text.strip():
-                    self.junk.append(Junk(file, row + 1, "missing-field", f"no text in {self.text_field!r}"))
+                    self.junk.add(Junk(file, row + 1, "missing-field", f"no text in {self.text_field!r}"))
                     continue
                 yield file, row, text
                 self.documents[file] += 1
@@ -415,7 +415,7 @@ class HubDocuments:
         self.source, self.text_field = source, text_field
         self.val_fraction, self.seed, self.max_documents = val_fraction, seed, max_documents
         self.counts = None
-        self.junk: list[Junk] = []
+        self.junk = JunkLog()
         self.rule = self.description = "hash: blake2b(seed:index) / 2^64 < val_fraction"
 
     def split_of(self, index: int) -> str:
@@ -441,9 +441,7 @@ class HubDocuments:
                 return
             text = record.get(self.text_field)
             if not isinstance(text, str) or not text.strip():
-                self.junk.append(
-                    Junk(self.source.name, row, "missing-field", f"no text in {self.text_field!r}")
-                )
+                self.junk.add(Junk(self.source.name, row, "missing-field", f"no text in {self.text_field!r}"))
                 continue
             if index >= start:
                 yield text

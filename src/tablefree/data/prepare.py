@@ -385,7 +385,7 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
             docs, tok, writers, spec.workers or os.cpu_count() or 1, lambda: None, spec.progress
         )
         if spec.hub is None:
-            pieces, junk = summary.pieces, summary.junk
+            pieces, junk = summary.pieces, summary.junk_log
         else:  # a hub stream is counted as it is read
             hub = docs.corpus
             pieces = [
@@ -400,7 +400,8 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
             "settings": spec.settings(KEYED_HASH_RULE),
             "corpus_bytes": corpus_bytes,
             "pieces": [asdict(p) for p in pieces],
-            "junk": [asdict(j) for j in junk],
+            "junk": [asdict(j) for j in junk.items],
+            "junk_counts": junk.counts,
             "splits": {split: writer.finish() for split, writer in writers.items()},
         }
         write_json_atomic(directory / PART_FILE, record)
@@ -447,7 +448,7 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     else:  # as a single keyed-hash run of the hub dataset records it: the stream and what it skipped
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
         docs = _hub_documents(spec, HubFiles(spec.hub, files, spec.text_field))
-        docs.corpus.junk = summary.junk
+        docs.corpus.junk = summary.junk_log
         summary = None
     fingerprint = _fingerprint(sources, settings, tok_hash)
     if spec.overwrite:
@@ -615,7 +616,7 @@ def _manifest(tok, writers, sources, settings, fingerprint, summary, docs, corpu
                 f"{split}: wrote {splits[split]['documents']} documents, planned {docs.counts[split]}"
             )
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    junk = summary.as_dict() if summary is not None else {"junk_items": [j.__dict__ for j in docs.junk]}
+    junk = summary.as_dict() if summary is not None else docs.junk.as_dict()
     return {
         "version": MANIFEST_VERSION,
         "tokenizer_hash": tok_hash,

@@ -117,8 +117,11 @@ class PartRecord:
     settings: dict[str, Any]
     corpus_bytes: int
     pieces: list[PieceInfo]
-    junk: list[Junk]
+    junk: list[Junk]  # the first MAX_JUNK_ITEMS of each file and kind
     splits: dict[str, PartSplit]
+    junk_counts: dict[str, dict[str, int]] | None = (
+        None  # file -> kind -> items (None: before counts, all listed)
+    )
 
     def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
         if len(self.part) != 2 or not 1 <= self.part[0] <= self.part[1]:

@@ -6,6 +6,7 @@ splits: read whole, its splits would become one corpus."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import os
@@ -42,6 +43,68 @@ class Junk:
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         return f"{where}: {self.kind}: {self.detail}"
+
+
+# Junk items kept per file and kind; the rest are counted. At 100M documents with 1% bad lines every item would be
+# a million objects in memory and in the manifest, where the first few of each say what is wrong.
+MAX_JUNK_ITEMS = 20
+
+
+class JunkLog:
+    """The junk a reading found, in memory that does not grow with the corpus: the first ``MAX_JUNK_ITEMS`` items of
+    each file and kind, in the order read, and the exact count of each file's items of each kind. A file's items
+    come in the order of their positions in it, so the logs of consecutive pieces of the corpus, joined in order
+    (:meth:`join`), keep the items one log of the whole keeps: what makes merged parts byte-identical to a single
+    run. (Bytes that are not UTF-8 are capped per line the same way: ``decoding.BadCharacters``.)"""
+
+    def __init__(self) -> None:
+        self.items: list[Junk] = []
+        self.counts: dict[str, dict[str, int]] = {}  # file -> kind -> items found
+        self._kept: dict[tuple[str, str], int] = {}
+
+    def add(self, junk: Junk) -> None:
+        kinds = self.counts.setdefault(junk.file, {})
+        kinds[junk.kind] = kinds.get(junk.kind, 0) + 1
+        self._keep(junk)
+
+    def join(self, items: Sequence[Junk], counts: dict[str, dict[str, int]] | None) -> None:
+        """Append the log of the next piece of the corpus: its kept ``items`` and its ``counts`` (None: ``items`` are
+        all it found, as a part written before counts were kept listed them)."""
+        if counts is None:
+            for junk in items:
+                self.add(junk)
+            return
+        for junk in items:
+            self._keep(junk)
+        for file, kinds in counts.items():
+            mine = self.counts.setdefault(file, {})
+            for kind, count in kinds.items():
+                mine[kind] = mine.get(kind, 0) + count
+
+    def _keep(self, junk: Junk) -> None:
+        key = (junk.file, junk.kind)
+        if self._kept.get(key, 0) < MAX_JUNK_ITEMS:
+            self._kept[key] = self._kept.get(key, 0) + 1
+            self.items.append(junk)
+
+    def __len__(self) -> int:
+        """The items found (kept or only counted)."""
+        return sum(count for kinds in self.counts.values() for count in kinds.values())
+
+    def by_kind(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for kinds in self.counts.values():
+            for kind, count in kinds.items():
+                totals[kind] = totals.get(kind, 0) + count
+        return dict(sorted(totals.items()))
+
+    def as_dict(self) -> dict:
+        """The manifest's record: counts by kind, the items kept, and counts by file and kind."""
+        return {
+            "junk": self.by_kind(),
+            "junk_items": [dataclasses.asdict(junk) for junk in self.items],
+            "junk_by_file": self.counts,
+        }
 
 
 class CorpusError(ValueError):
