@@ -142,6 +142,39 @@ def test_the_keyed_hash_rule_keeps_nothing_per_document_and_is_named(tmp_path: P
     assert "val_max_tokens" not in plan["settings"]  # the plan's settings (and fingerprints) are unchanged
 
 
+def test_verify_names_the_split_rule_of_new_and_old_manifests(capsys, tmp_path: Path) -> None:
+    """A plan dataset records only a description of its plan in settings.split_rule (as every dataset before the
+    keyed hash did, fingerprints unchanged): `data verify` names the rule all the same."""
+    from tablefree.cli import main
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(60)), encoding="utf-8")
+    common = ["--vocab-size", "300", "--workers", "1", "--no-progress"]
+    for rule in ("plan", "keyed-hash"):
+        assert (
+            main(
+                ["data", "prepare", str(corpus), "--out", str(tmp_path / rule), "--split-rule", rule, *common]
+            )
+            == 0
+        )
+        assert f"\nsplit rule: {rule}\n" in capsys.readouterr().out
+        assert main(["data", "verify", str(tmp_path / rule)]) == 0
+        assert f"MB, split rule {rule}; checked sizes, headers" in capsys.readouterr().out
+    manifest_path = tmp_path / "plan" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["settings"]["split_rule"].startswith("documents: ")  # the old form
+    for settings, named in (
+        (
+            {**manifest["settings"], "split_rule": "hash: blake2b(seed:index) / 2^64 < val_fraction"},
+            ", split rule hub-index-hash;",
+        ),
+        (None, " MB; checked"),  # adopted shards record no rule, and none is named
+    ):
+        manifest_path.write_text(json.dumps({**manifest, "settings": settings}))
+        assert main(["data", "verify", str(tmp_path / "plan")]) == 0
+        assert named in capsys.readouterr().out
+
+
 def test_the_cli_prepares_parts_merges_them_and_says_what_it_cannot_split(capsys, tmp_path: Path) -> None:
     from tablefree.cli import main
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tablefree.data.corpus import Corpus
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
-from tablefree.data.documents import SPLIT_RULES
+from tablefree.data.documents import SPLIT_RULES, split_rule_name
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
@@ -370,6 +370,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
             + (_train_documents_note(manifest) if split == "train" else "")
         )
+    print(f"split rule: {split_rule_name(manifest['settings'])}")
     for line in validation_summary(manifest, args.val_documents):
         print(line)
     if args.tokenizer is None and manifest["vocab_size"] < args.vocab_size:

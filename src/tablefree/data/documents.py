@@ -261,10 +261,13 @@ class LocalDocuments:
         return items
 
 
-def split_rule_name(settings: dict) -> str:
-    """The rule a manifest's ``settings`` name: ``keyed-hash``, ``plan`` (datasets prepared before the keyed hash
-    recorded a description of their plan, "documents: ..."), or ``hub-index-hash`` (a streamed hub dataset)."""
-    rule = settings.get("split_rule")
+def split_rule_name(settings: dict | None) -> str | None:
+    """The rule a manifest's ``settings`` name: ``keyed-hash``, ``plan`` (its datasets record a description of their
+    plan, "documents: ...", as every dataset prepared before the keyed hash did, so fingerprints stay the same), or
+    ``hub-index-hash`` (a streamed hub dataset); None for a dataset that records none (adopted shards)."""
+    rule = (settings or {}).get("split_rule")
+    if not isinstance(rule, str):
+        return None
     if rule in SPLIT_RULES:
         return rule
     if isinstance(rule, str) and rule.startswith("hash:"):

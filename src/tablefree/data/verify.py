@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tablefree.data.documents import split_rule_name
 from tablefree.data.records import read_manifest
 from tablefree.data.shards import open_shard, read_header
 from tablefree.data.tokenizer import tokenizer_hash
@@ -26,6 +27,7 @@ class DatasetCheck:
     tokens: int = 0
     bytes: int = 0
     hashed: bool = False
+    split_rule: str | None = None  # by name (documents.split_rule_name); None for adopted shards
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -34,7 +36,11 @@ class DatasetCheck:
 
     def format(self) -> str:
         what = "sizes, headers, sha256 and token ids" if self.hashed else "sizes and headers"
-        head = f"{self.data_dir}: {self.shards} shards, {self.tokens:,} tokens, {self.bytes / 1e6:.1f} MB; checked {what}"
+        rule = f", split rule {self.split_rule}" if self.split_rule else ""
+        head = (
+            f"{self.data_dir}: {self.shards} shards, {self.tokens:,} tokens, {self.bytes / 1e6:.1f} MB{rule}; "
+            f"checked {what}"
+        )
         if self.ok:
             return f"{head}: ok"
         return "\n".join([f"{head}: {len(self.problems)} problem(s)", *(f"  {p}" for p in self.problems)])
@@ -50,7 +56,7 @@ def verify_dataset(
     ``manifest``: the dataset's, already read (``Dataset``)."""
     data_dir = Path(data_dir)
     manifest = read_manifest(data_dir) if manifest is None else manifest
-    check = DatasetCheck(data_dir)
+    check = DatasetCheck(data_dir, split_rule=split_rule_name(manifest.get("settings")))
     files = [(name, shard) for name, split in manifest["splits"].items() for shard in split["shards"]]
     sizes = {}
     for name, shard in files:
