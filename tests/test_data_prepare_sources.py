@@ -142,6 +142,25 @@ def test_the_keyed_hash_rule_keeps_nothing_per_document_and_is_named(tmp_path: P
     assert "val_max_tokens" not in plan["settings"]  # the plan's settings (and fingerprints) are unchanged
 
 
+def test_a_large_plan_run_is_told_of_the_keyed_hash_rule(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tablefree.data import prepare
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(60)), encoding="utf-8")
+    settings = {**SETTINGS, "split_rule": "plan", "vocab_size": 300}
+    prepare_dataset(corpus, tmp_path / "small", **settings)
+    assert "note:" not in capsys.readouterr().err
+    monkeypatch.setattr(prepare, "PLAN_NOTE_DOCUMENTS", 59)  # 60 documents: a large corpus, here
+    prepare_dataset(corpus, tmp_path / "large", **settings)
+    assert (
+        "note: 60 documents: for a corpus this large pass --split-rule keyed-hash" in capsys.readouterr().err
+    )
+    prepare_dataset(corpus, tmp_path / "keyed", **{**settings, "split_rule": "keyed-hash"})
+    assert "note:" not in capsys.readouterr().err
+
+
 def test_verify_names_the_split_rule_of_new_and_old_manifests(capsys, tmp_path: Path) -> None:
     """A plan dataset records only a description of its plan in settings.split_rule (as every dataset before the
     keyed hash did, fingerprints unchanged): `data verify` names the rule all the same."""

@@ -210,9 +210,11 @@ def _add_prepare_arguments(prepare: argparse.ArgumentParser) -> None:
         "--split-rule",
         choices=SPLIT_RULES,
         default=PLAN_RULE,
-        help=f"how documents go to val: {PLAN_RULE} (default; a seeded plan over every document's length: the rule "
-        f"of every dataset prepared so far) or {KEYED_HASH_RULE} (each document alone, by a keyed hash of its file "
-        "and position: what --part and `data merge` need; nothing kept per document)",
+        help=f"how documents go to val: {KEYED_HASH_RULE} (each document alone, by a keyed hash of its file and "
+        "position; nothing kept per document): pass it for a large corpus (millions of documents) and for every "
+        f"--part run and `data merge`; or {PLAN_RULE} (default, so that the shipped studies' datasets are "
+        "reproduced byte for byte: a seeded plan over every document's length, which needs one number per "
+        "document in memory and one process)",
     )
     prepare.add_argument(
         "--val-max-tokens",

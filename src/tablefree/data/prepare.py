@@ -36,6 +36,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,6 +124,9 @@ MANIFEST_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SHARD_TOKENS = 100_000_000  # as llm.c's and modded-nanogpt's FineWeb shards
 DEFAULT_VOCAB_SIZE = 32_768
+# A plan run scanning more documents than this is told of the keyed-hash rule: the plan keeps a number per document
+# and cannot be split into parts.
+PLAN_NOTE_DOCUMENTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,13 @@ def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
         reader = spec.reader()
         summary = _scanned(spec, reader)
         sources = [f.record() for f in summary.files]
+        if spec.split_rule == PLAN_RULE and summary.documents > PLAN_NOTE_DOCUMENTS:
+            print(
+                f"note: {summary.documents:,} documents: for a corpus this large pass --split-rule {KEYED_HASH_RULE} "
+                "(it keeps nothing per document and splits into --part jobs); the default plan rule is for "
+                "reproducing the shipped studies' data",
+                file=sys.stderr,
+            )
     else:
         reader = summary = None
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
