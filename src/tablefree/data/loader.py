@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tablefree.data.records import MANIFEST, read_manifest
+from tablefree.data.records import MANIFEST, read_manifest, read_manifest_documents
 from tablefree.data.shards import open_shard, read_header
 from tablefree.data.verify import DatasetCheck, verify_dataset
 
@@ -112,9 +112,13 @@ def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
     by ``data prepare``); otherwise (train, adopted or older datasets) found as the EOT positions, which is
     the same unless a document's text holds the literal end-of-text string."""
     manifest = read_manifest(data_dir)
+    return _document_bounds(data_dir, manifest, split)
+
+
+def _document_bounds(data_dir: str | Path, manifest: dict, split: str) -> np.ndarray:
     info = _split_info(manifest, data_dir, split)
     total = sum(shard["tokens"] for shard in info["shards"])
-    starts = info.get("document_starts")
+    starts = read_manifest_documents(manifest, Path(data_dir) / MANIFEST).splits[split].document_starts
     if starts is None:
         if "eot_id" not in manifest:
             raise ValueError(f"{Path(data_dir) / MANIFEST}: no eot_id, so documents cannot be found")
@@ -123,16 +127,12 @@ def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
             tokens = open_shard(path)
             starts += (np.flatnonzero(tokens == manifest["eot_id"]) + offsets).tolist()
             offsets += len(tokens)
-    if not isinstance(starts, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in starts
-    ):
-        raise ValueError(f"{Path(data_dir) / MANIFEST}: splits.{split}.document_starts must be token offsets")
-    bounds = np.asarray([*starts, total], dtype=np.int64)
-    if len(bounds) > 1 and (bounds[0] != 0 or np.any(np.diff(bounds) <= 0)):
-        raise ValueError(
-            f"{Path(data_dir) / MANIFEST}: document starts of {split!r} must begin at 0 and increase"
-        )
-    return bounds
+        if starts and starts[0] != 0:
+            raise ValueError(
+                f"{Path(data_dir) / MANIFEST}: the {split!r} stream does not begin with the end-of-text token "
+                f"(eot_id {manifest['eot_id']}), so its documents cannot be found"
+            )
+    return np.asarray([*starts, total], dtype=np.int64)
 
 
 def validation_documents(data_dir: str | Path) -> list[dict]:
@@ -140,25 +140,10 @@ def validation_documents(data_dir: str | Path) -> list[dict]:
     the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
     ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
     manifest = read_manifest(data_dir)
-    bounds = document_bounds(data_dir, "val")
-    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
-    record = manifest.get("validation")
-    if record is None:
-        return plain
-    items = record.get("items") if isinstance(record, dict) else None
-    if not (
-        isinstance(items, list)
-        and len(items) == len(plain)
-        and all(
-            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
-            for i, p in zip(items, plain, strict=False)
-        )
-    ):
-        raise ValueError(
-            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
-            "the start and tokens of splits.val.document_starts"
-        )
-    return items
+    bounds = _document_bounds(data_dir, manifest, "val")  # checks validation.items against the starts
+    if manifest.get("validation") is None:
+        return [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    return manifest["validation"]["items"]
 
 
 class TokenLoader:
