@@ -156,10 +156,13 @@ def test_junk_keeps_the_first_items_of_each_file_and_kind_and_counts_all_the_sam
     assert single["corpus"]["junk_items"] == report["junk_items"]
 
 
-def test_a_compressed_file_weighs_its_text_not_its_compressed_bytes(tmp_path: Path) -> None:
+def test_a_compressed_file_weighs_its_text_not_its_compressed_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A .gz or .zst file weighed by its compressed bytes was under-weighed 3-5x beside .jsonl and parquet, and its
     part given 3-5x the text of the others."""
     zstandard = pytest.importorskip("zstandard")
+    from tablefree.data import spans
     from tablefree.data.prepare import PrepareSpec
     from tablefree.data.sources import list_sources
     from tablefree.data.spans import NOMINAL_EXPANSION, file_spans
@@ -185,8 +188,14 @@ def test_a_compressed_file_weighs_its_text_not_its_compressed_bytes(tmp_path: Pa
     # and a half would have been one part, with three quarters of the text)
     files = [str(corpus / name) for name in ("a.jsonl.gz", "b.jsonl", "c.jsonl")]
     spec = PrepareSpec(corpus=tuple(files), split_rule="keyed-hash")
+    weighed: list[str] = []
+    estimate = spans.uncompressed_estimate
+    monkeypatch.setattr(
+        spans, "uncompressed_estimate", lambda s, size: weighed.append(s.rel) or estimate(s, size)
+    )
     listing = spec.reader()
     plan = spec.plan(listing, 2)
+    assert weighed == ["a.jsonl.gz"]  # the plan cuts the listing's spans: each file's metadata is read once
     assert [[listing.listed[p.file].rel for p in part] for part in plan] == [
         ["a.jsonl.gz"],
         ["b.jsonl", "c.jsonl"],

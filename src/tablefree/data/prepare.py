@@ -78,7 +78,7 @@ from tablefree.data.parts import (
 )
 from tablefree.data.records import MANIFEST, read_manifest, read_part_record
 from tablefree.data.shards import dtype_for_vocab, open_shard, version_for_vocab
-from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, Span, file_spans, plan_pieces
+from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, Span, plan_pieces
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -199,10 +199,15 @@ class PrepareSpec:
         )
 
     def plan(self, listing: Corpus, n: int) -> list[list[Piece]]:
-        """The pieces of each of ``n`` parts: the listed files' spans (sizes and parquet footers, no text) cut into
-        ``n`` contiguous runs of about equal weight."""
-        spans = [file_spans(source, self.span_bytes, self.text_field) for source in listing.listed]
-        return plan_pieces(spans, n)
+        """The pieces of each of ``n`` parts: the listed files' spans (sizes, parquet footers and compressed files'
+        recorded lengths, no text) cut into ``n`` contiguous runs of about equal weight. ``listing``: the whole
+        corpus, ``reader()``, whose spans are reused (each parquet footer is read once)."""
+        pieces = listing.pieces
+        if listing.span_bytes != self.span_bytes or [(p.file, p.first, p.end) for p in pieces] != [
+            (i, 0, p.count) for i, p in enumerate(pieces)
+        ]:
+            raise ValueError("plan: give the whole corpus as this spec reads it (reader()), not a part of it")
+        return plan_pieces(listing.spans, n)
 
     def share(self, reader: Corpus) -> float:
         """The keyed-hash rule's share of the text held out, from the corpus files' sizes (every part knows them)."""
