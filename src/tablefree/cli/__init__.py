@@ -9,14 +9,14 @@ disk too ("no space left on MOUNT while writing FILE").
 Why a command imports only its verb's module, and some verbs import inside their function: a command that names
 its verb builds the parser from the one module that adds it (``COMMAND_MODULES``), so a ``data prepare --part``
 job never loads torch through ``eval``; ``tablefree --help`` (and an unknown verb) imports every verb module to
-list them all. So an import at a verb module's top is paid by every verb of that module. An import stays inside a
-verb's function only where it would add measurably to the start-up of the module's other verbs: the trainer and
-what loads it (torch.distributed, through ``tablefree.train.resume``, ``tablefree.compare`` and
-``tablefree.demo``), the memory planner, the sweep's SLURM executor (submitit), plan and status, the report and the
-ladder, the evaluation downloader (pyarrow) and the lm-eval adapter (an optional dependency). docs/benchmarks.md,
-"Command-line start-up", has the measurements. Every other import is at its module's top; the library modules
-below keep their own few lazy imports (matplotlib, pyarrow, torch.distributed.checkpoint, optional packages) for
-the same reason, each with a comment. ``tablefree data ...`` loads no torch at all (tested).
+list them all. So an import at a verb module's top is paid by every verb of that module and by ``--help``. An
+import stays inside a verb's function only where it would add measurably to those: the trainer and what loads it
+(torch.distributed, through ``tablefree.train.resume``, ``tablefree.compare`` and ``tablefree.demo``), the memory
+planner, the sweep's SLURM executor (submitit), plan and status, the report and the ladder, the evaluation
+downloader (pyarrow) and the lm-eval adapter (an optional dependency). docs/benchmarks.md, "Command-line
+start-up", has the measurements. Every other import is at its module's top; the library modules below keep their
+own few lazy imports (matplotlib, pyarrow, torch.distributed.checkpoint, optional packages) for the same reason,
+each with a comment. ``data prepare`` (a part too) and ``data verify`` load no torch (tested).
 """
 
 from __future__ import annotations
