@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,67 @@ def test_data_prepare_counts_add_up_and_a_rerun_writes_nothing(capsys, tmp_path)
     assert main(argv) == 0
     again = capsys.readouterr().out
     assert "already held this dataset, nothing written" in again and "wrote " not in again
+
+
+def test_each_command_module_adds_the_verbs_listed_for_it_and_help_lists_them_all(capsys) -> None:
+    """A command builds the parser of its verb's module alone (COMMAND_MODULES): a verb missing from the list
+    would be unreachable by name."""
+    import argparse
+    import importlib
+
+    from tablefree.cli import COMMAND_MODULES
+
+    for module, verbs in COMMAND_MODULES.items():
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).add_commands(subparsers)
+        assert tuple(subparsers.choices) == verbs, module
+    every = [verb for verbs in COMMAND_MODULES.values() for verb in verbs]
+    assert list(_verbs(build_parser())) == every == list(_verbs(build_parser(["--help"])))
+    assert list(_verbs(build_parser(["data", "prepare"]))) == ["tokenizer", "data"]
+    assert list(_verbs(build_parser(["dat"]))) == every  # a typo: argparse names every verb it could be
+    with pytest.raises(SystemExit):
+        main(["dat", "prepare"])
+    assert "invalid choice: 'dat' (choose from" in capsys.readouterr().err
+
+
+def _verbs(parser) -> list[str]:
+    import argparse
+
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(action.choices)
+
+
+def test_data_prepare_does_not_import_torch(tmp_path) -> None:
+    """issue 41: every `data prepare --part` job paid torch's import (through `eval`'s module and the loader)."""
+    import json
+    import subprocess
+    import sys
+
+    from tablefree.data.tokenizer import train_tokenizer_from_texts
+
+    texts = [f"document {i} holds a few words of text, and more words." for i in range(40)]
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    train_tokenizer_from_texts(texts, 300, tmp_path / "tokenizer.json")
+    argv = ["data", "prepare", str(corpus), "--out", str(tmp_path / "d"), "--tokenizer"]
+    argv += [
+        str(tmp_path / "tokenizer.json"),
+        "--workers",
+        "1",
+        "--no-progress",
+        "--split-rule",
+        "keyed-hash",
+    ]
+    for command in (argv, ["data", "verify", str(tmp_path / "d")], [*argv, "--part", "1/1"]):
+        if command[-1] == "1/1":
+            (tmp_path / "d" / "manifest.json").unlink()
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "tablefree.cli", *command],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
+        assert "tablefree.data.prepare" in imported or command[1] == "verify"
+        assert "torch" not in imported, command

@@ -4,6 +4,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -403,6 +404,34 @@ def test_validation_sections_round_trip_and_document_bounds(tmp_path) -> None:
     stream = np.concatenate([np.asarray(open_shard(p)) for p in split_shards(out, "val")])
     assert bounds.tolist() == [*np.flatnonzero(stream == manifest["eot_id"]).tolist(), len(stream)]
     assert [item["start"] for item in items] == bounds[:-1].tolist()
+    # A manifest whose starts or records do not fit is refused by the typed reader, naming the file and field.
+    path = out / "manifest.json"
+    for damage, field, expected in (
+        (
+            lambda m: m["splits"]["val"].update(document_starts=[1, 5]),
+            "splits.val.document_starts",
+            "must begin at 0",
+        ),
+        (
+            lambda m: m["splits"]["val"]["document_starts"].__setitem__(1, 2.5),
+            "splits.val.document_starts[1]",
+            "must be a count",
+        ),
+        (lambda m: m["validation"]["items"].pop(), "validation.items", "must list the 20 documents"),
+        (
+            lambda m: m["validation"]["items"][3].update(start=7),
+            "validation.items[3]",
+            f"must have start {items[3]['start']}",
+        ),
+        (lambda m: m["validation"]["items"][4].pop("tokens"), "validation.items[4].tokens", "is missing"),
+        (lambda m: m["splits"]["val"].pop("document_starts"), "splits.val.document_starts", "is missing"),
+    ):
+        broken = json.loads(json.dumps(manifest))
+        damage(broken)
+        path.write_text(json.dumps(broken))
+        for read in (validation_documents, lambda d: document_bounds(d, "val")):
+            with pytest.raises(ValueError, match=rf"manifest\.json: field '{re.escape(field)}' {expected}"):
+                read(out)
 
 
 def test_damaged_journal_or_manifest_is_an_error_naming_the_file(

@@ -4,6 +4,8 @@ the single keyed-hash run byte for byte, and a part count beyond the pieces is r
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from tablefree.data.corpus import Corpus
 from tablefree.data.prepare import PARTS_DIR, HubSource, prepare_dataset
+from tablefree.data.spans import DEFAULT_SPAN_BYTES
 from tablefree.data.tokenizer import train_tokenizer_from_texts
 
 SETTINGS = dict(
@@ -112,6 +115,92 @@ def test_one_jsonl_file_splits_by_byte_ranges_and_merges_to_the_single_run(
     assert max(map(part_tokens, records)) <= 1.5 * total / 3
     assert single["settings"]["span_bytes"] == span_bytes
     assert "a .jsonl line's byte offset" in single["settings"]["position"]
+
+
+def test_junk_keeps_the_first_items_of_each_file_and_kind_and_counts_all_the_same_way_in_parts(
+    tokenizer: Path, tmp_path: Path
+) -> None:
+    """At 100M documents with 1% bad lines every junk item was a million objects in memory and in the manifest: the
+    first MAX_JUNK_ITEMS of each file and kind are kept (by position, whichever part read them), all are counted."""
+    from tablefree.data.sources import MAX_JUNK_ITEMS
+
+    lines = [json.dumps({"text": text}) + "\n" for text in texts(150)]
+    bad = [*range(3, 60, 5), *range(60, 150, 2)]  # invalid lines in every span, denser in the later ones
+    for k in bad:
+        lines[k] = "{not json\n"
+    lines[10] = json.dumps({"body": "no text field"}) + "\n"
+    path = tmp_path / "one.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    starts = [0, *itertools.accumulate(len(line.encode()) for line in lines)]
+    span_bytes = len(path.read_bytes()) // 10
+    reader = Corpus(path, span_bytes=span_bytes, lengths=False)
+    summary = reader.scan()
+    invalid = [j for j in summary.junk if j.kind == "invalid-json"]
+    assert len(invalid) == MAX_JUNK_ITEMS < len(bad)
+    assert [j.detail.split(":")[0] for j in invalid] == [
+        f"line at byte {starts[k]:,}" for k in bad[:MAX_JUNK_ITEMS]
+    ]
+    assert summary.junk_log.counts == {"one.jsonl": {"invalid-json": len(bad), "missing-field": 1}}
+    report = summary.as_dict()
+    assert report["junk"] == {"invalid-json": len(bad), "missing-field": 1}
+    assert len(report["junk_items"]) == MAX_JUNK_ITEMS + 1
+    assert f"... and {len(bad) + 1 - 20} more" in summary.format(max_junk=20)
+    records, single = merged_and_single(path, tokenizer, tmp_path, parts=3, span_bytes=span_bytes)
+    per_part = [r["junk_counts"]["one.jsonl"]["invalid-json"] for r in records]
+    # the first part keeps all it found, the second its first MAX_JUNK_ITEMS; the merge joins the first's with the
+    # second's first few, as the single run keeps them
+    assert per_part[0] < MAX_JUNK_ITEMS < per_part[1]
+    assert sum(j["kind"] == "invalid-json" for j in records[1]["junk"]) == MAX_JUNK_ITEMS
+    assert single["corpus"]["junk"] == report["junk"]  # and the merged manifest equals the single one
+    assert single["corpus"]["junk_by_file"] == report["junk_by_file"]
+    assert single["corpus"]["junk_items"] == report["junk_items"]
+
+
+def test_a_compressed_file_weighs_its_text_not_its_compressed_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A .gz or .zst file weighed by its compressed bytes was under-weighed 3-5x beside .jsonl and parquet, and its
+    part given 3-5x the text of the others."""
+    zstandard = pytest.importorskip("zstandard")
+    from tablefree.data import spans
+    from tablefree.data.prepare import PrepareSpec
+    from tablefree.data.sources import list_sources
+    from tablefree.data.spans import NOMINAL_EXPANSION, file_spans
+
+    text = "".join(json.dumps({"text": t}) + "\n" for t in texts(400)).encode()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl.gz").write_bytes(gzip.compress(text))
+    (corpus / "b.jsonl").write_bytes(text[: len(text) // 2])
+    (corpus / "c.jsonl").write_bytes(text[len(text) // 2 :])
+    (corpus / "d.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(text))
+    streamed = zstandard.ZstdCompressor().compressobj()  # a stream that does not record its length
+    (corpus / "e.jsonl.zst").write_bytes(streamed.compress(text) + streamed.flush())
+    # two members: the trailer gives the last one's length, less than the file's bytes, so it is not the file's
+    (corpus / "f.jsonl.gz").write_bytes(gzip.compress(text[:-100]) + gzip.compress(text[-100:]))
+    sources, _ = list_sources(corpus)
+    weights = {s.rel: [span.weight for span in file_spans(s, DEFAULT_SPAN_BYTES, "text")] for s in sources}
+    assert len(text) / 3 > (corpus / "a.jsonl.gz").stat().st_size  # compressed 3x or more, as text is
+    assert weights["a.jsonl.gz"] == weights["d.jsonl.zst"] == [len(text)]  # the lengths gzip and zstd record
+    for name in ("e.jsonl.zst", "f.jsonl.gz"):  # no length recorded for the whole file: an estimate
+        assert weights[name] == [NOMINAL_EXPANSION * (corpus / name).stat().st_size]
+    # cut in two, the .gz file's text is one part's and the two halves the other's (by compressed bytes the .gz
+    # and a half would have been one part, with three quarters of the text)
+    files = [str(corpus / name) for name in ("a.jsonl.gz", "b.jsonl", "c.jsonl")]
+    spec = PrepareSpec(corpus=tuple(files), split_rule="keyed-hash")
+    weighed: list[str] = []
+    estimate = spans.uncompressed_estimate
+    monkeypatch.setattr(
+        spans, "uncompressed_estimate", lambda s, size: weighed.append(s.rel) or estimate(s, size)
+    )
+    listing = spec.reader()
+    plan = spec.plan(listing, 2)
+    assert weighed == ["a.jsonl.gz"]  # the plan cuts the listing's spans: each file's metadata is read once
+    assert [[listing.listed[p.file].rel for p in part] for part in plan] == [
+        ["a.jsonl.gz"],
+        ["b.jsonl", "c.jsonl"],
+    ]
+    assert spec.plan(spec.reader(), 2) == plan  # the same inputs, the same parts
 
 
 def test_merge_refuses_parts_keyed_by_the_old_position(tokenizer: Path, tmp_path: Path) -> None:

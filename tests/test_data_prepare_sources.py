@@ -69,6 +69,28 @@ def test_a_save_to_disk_folder_prepares_directly_and_splits_into_parts(tmp_path:
     assert manifest["corpus"]["documents"] == 120 and manifest["validation"]["documents"] >= 1
 
 
+def test_a_dataset_dict_folder_is_refused_naming_its_splits(tmp_path: Path) -> None:
+    """Read whole, a DatasetDict's save_to_disk folder was one corpus: its test split went into training."""
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    split = {
+        name: datasets.Dataset.from_dict({"text": [f"{name} text {i}" for i in range(4)]})
+        for name in ("train", "test")
+    }
+    datasets.DatasetDict(split).save_to_disk(folder)
+    for corpus in (folder, tmp_path):  # the folder itself, or a directory holding it
+        with pytest.raises(CorpusError) as refused:
+            Corpus(corpus)
+        message = str(refused.value)
+        assert message.startswith(
+            f"{folder}: a `datasets` DatasetDict folder (dataset_dict.json) holding the splits"
+        )
+        assert "test, train" in message and f"give the split wanted, e.g. {folder / 'train'}" in message
+    with pytest.raises(CorpusError, match="DatasetDict folder"):
+        prepare_dataset(folder, tmp_path / "out", vocab_size=300, **SETTINGS)
+    assert list(Corpus(folder / "train").documents()) == [f"train text {i}" for i in range(4)]
+
+
 def test_a_dataset_folder_without_the_text_column_names_the_columns_it_has(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     folder = tmp_path / "saved"
@@ -118,6 +140,58 @@ def test_the_keyed_hash_rule_keeps_nothing_per_document_and_is_named(tmp_path: P
     assert plan["settings"]["split_rule"].startswith("documents: ")  # as every dataset prepared before
     assert split_rule_name(plan["settings"]) == "plan"
     assert "val_max_tokens" not in plan["settings"]  # the plan's settings (and fingerprints) are unchanged
+
+
+def test_a_large_plan_run_is_told_of_the_keyed_hash_rule(
+    capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tablefree.data import prepare
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(60)), encoding="utf-8")
+    settings = {**SETTINGS, "split_rule": "plan", "vocab_size": 300}
+    prepare_dataset(corpus, tmp_path / "small", **settings)
+    assert "note:" not in capsys.readouterr().err
+    monkeypatch.setattr(prepare, "PLAN_NOTE_DOCUMENTS", 59)  # 60 documents: a large corpus, here
+    prepare_dataset(corpus, tmp_path / "large", **settings)
+    assert (
+        "note: 60 documents: for a corpus this large pass --split-rule keyed-hash" in capsys.readouterr().err
+    )
+    prepare_dataset(corpus, tmp_path / "keyed", **{**settings, "split_rule": "keyed-hash"})
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_verify_names_the_split_rule_of_new_and_old_manifests(capsys, tmp_path: Path) -> None:
+    """A plan dataset records only a description of its plan in settings.split_rule (as every dataset before the
+    keyed hash did, fingerprints unchanged): `data verify` names the rule all the same."""
+    from tablefree.cli import main
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts(60)), encoding="utf-8")
+    common = ["--vocab-size", "300", "--workers", "1", "--no-progress"]
+    for rule in ("plan", "keyed-hash"):
+        assert (
+            main(
+                ["data", "prepare", str(corpus), "--out", str(tmp_path / rule), "--split-rule", rule, *common]
+            )
+            == 0
+        )
+        assert f"\nsplit rule: {rule}\n" in capsys.readouterr().out
+        assert main(["data", "verify", str(tmp_path / rule)]) == 0
+        assert f"MB, split rule {rule}; checked sizes, headers" in capsys.readouterr().out
+    manifest_path = tmp_path / "plan" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["settings"]["split_rule"].startswith("documents: ")  # the old form
+    for settings, named in (
+        (
+            {**manifest["settings"], "split_rule": "hash: blake2b(seed:index) / 2^64 < val_fraction"},
+            ", split rule hub-index-hash;",
+        ),
+        (None, " MB; checked"),  # adopted shards record no rule, and none is named
+    ):
+        manifest_path.write_text(json.dumps({**manifest, "settings": settings}))
+        assert main(["data", "verify", str(tmp_path / "plan")]) == 0
+        assert named in capsys.readouterr().out
 
 
 def test_the_cli_prepares_parts_merges_them_and_says_what_it_cannot_split(capsys, tmp_path: Path) -> None:

@@ -6,14 +6,17 @@ anywhere on the command line of a verb that takes them; lists are comma-separate
 ``--seeds 0,1``); errors are one line, ``tablefree VERB: error: ...``, with exit status 1 (2 for usage); a full
 disk too ("no space left on MOUNT while writing FILE").
 
-Why some verbs import inside their function: every verb module is imported to build ``tablefree --help``, so an
-import at a verb module's top is paid by every command. An import stays inside a verb's function only where it
-would add measurably to that start-up: the trainer and what loads it (torch.distributed, through
-``tablefree.train.resume``, ``tablefree.compare`` and ``tablefree.demo``), the memory planner, the sweep's SLURM
-executor (submitit), plan and status, the report and the ladder, the evaluation downloader (pyarrow) and the
-lm-eval adapter (an optional dependency). docs/benchmarks.md, "Command-line start-up", has the measurements. Every
-other import is at its module's top; the library modules below keep their own few lazy imports (matplotlib,
-pyarrow, torch.distributed.checkpoint, optional packages) for the same reason, each with a comment.
+Why a command imports only its verb's module, and some verbs import inside their function: a command that names
+its verb builds the parser from the one module that adds it (``COMMAND_MODULES``), so a ``data prepare --part``
+job never loads torch through ``eval``; ``tablefree --help`` (and an unknown verb) imports every verb module to
+list them all. So an import at a verb module's top is paid by every verb of that module and by ``--help``. An
+import stays inside a verb's function only where it would add measurably to those: the trainer and what loads it
+(torch.distributed, through ``tablefree.train.resume``, ``tablefree.compare`` and ``tablefree.demo``), the memory
+planner, the sweep's SLURM executor (submitit), plan and status, the report and the ladder, the evaluation
+downloader (pyarrow) and the lm-eval adapter (an optional dependency). docs/benchmarks.md, "Command-line
+start-up", has the measurements. Every other import is at its module's top; the library modules below keep their
+own few lazy imports (matplotlib, pyarrow, torch.distributed.checkpoint, optional packages) for the same reason,
+each with a comment. ``data prepare`` (a part too) and ``data verify`` load no torch (tested).
 """
 
 from __future__ import annotations
@@ -23,25 +26,27 @@ import errno
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as distribution_version
 
 from tablefree.cpu_threads import choose_wait_policy
 
-# Modules that contribute verbs, in the order their verbs appear in ``tablefree --help``.
-COMMAND_MODULES = [
-    "tablefree.cli.demo",
-    "tablefree.cli.compare",
-    "tablefree.cli.ladder",
-    "tablefree.cli.train",
-    "tablefree.cli.eval",
-    "tablefree.cli.analyze",
-    "tablefree.cli.data",
-    "tablefree.cli.interop",
-    "tablefree.cli.params",
-    "tablefree.cli.memory",
-    "tablefree.cli.hardware",
-]
+# Modules that contribute verbs, with the verbs each adds, in the order they appear in ``tablefree --help``
+# (tests/test_cli.py checks each module adds exactly these).
+COMMAND_MODULES = {
+    "tablefree.cli.demo": ("demo",),
+    "tablefree.cli.compare": ("compare", "report"),
+    "tablefree.cli.ladder": ("ladder",),
+    "tablefree.cli.train": ("train",),
+    "tablefree.cli.eval": ("eval",),
+    "tablefree.cli.analyze": ("analyze",),
+    "tablefree.cli.data": ("tokenizer", "data"),
+    "tablefree.cli.interop": ("export", "import-hf", "generate", "lm-eval", "lm-eval-tasks"),
+    "tablefree.cli.params": ("params",),
+    "tablefree.cli.memory": ("memory",),
+    "tablefree.cli.hardware": ("hardware",),
+}
 
 
 def version() -> str:
@@ -52,14 +57,18 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``argv``'s verb alone when its first argument names one (its module is the only one imported);
+    otherwise (``--help``, no verb, an unknown one) the parser of every verb."""
     parser = argparse.ArgumentParser(
         prog="tablefree",
         description="Train and study language models with no trainable input embedding table.",
     )
     parser.add_argument("--version", action="version", version=f"tablefree {version()}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
-    for module_name in COMMAND_MODULES:
+    verb = argv[0] if argv else None
+    named = [module for module, verbs in COMMAND_MODULES.items() if verb in verbs]
+    for module_name in named or COMMAND_MODULES:
         importlib.import_module(module_name).add_commands(subparsers)
     return parser
 
@@ -120,7 +129,7 @@ def _verb_parser(parser: argparse.ArgumentParser, verb: str | None) -> argparse.
 def main(argv: list[str] | None = None) -> int:
     # before any verb imports torch: OpenMP reads its wait policy once, when torch loads it (tablefree.cpu_threads)
     choose_wait_policy()
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parse_args(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()

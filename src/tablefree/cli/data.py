@@ -12,8 +12,7 @@ from pathlib import Path
 
 from tablefree.data.corpus import Corpus
 from tablefree.data.decoding import DEFAULT_MAX_EXPANSION
-from tablefree.data.documents import SPLIT_RULES
-from tablefree.data.loader import verify_dataset
+from tablefree.data.documents import SPLIT_RULES, split_rule_name
 from tablefree.data.prepare import (
     DEFAULT_SHARD_TOKENS,
     DEFAULT_VAL_DOCUMENTS,
@@ -29,8 +28,10 @@ from tablefree.data.prepare import (
     prepare_part,
     prepare_single,
 )
+from tablefree.data.sources import MAX_JUNK_ITEMS
 from tablefree.data.spans import DEFAULT_SPAN_BYTES
 from tablefree.data.tokenizer import eot_id, tokenizer_hash, train_tokenizer
+from tablefree.data.verify import verify_dataset
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -152,7 +153,7 @@ def _add_data(subparsers: argparse._SubParsersAction) -> None:
         description="Check every shard of a prepared dataset against manifest.json: present, header valid, "
         "token count as recorded, and (unless --no-hash) its sha256, its token ids below vocab_size and the "
         "tokenizer's hash. Exit status 1 when anything is wrong. "
-        "Python API: tablefree.data.loader.verify_dataset(DIR, hashes=True).",
+        "Python API: tablefree.data.verify.verify_dataset(DIR, hashes=True).",
     )
     verify.add_argument("dir", help="dataset directory (holding manifest.json)")
     verify.add_argument(
@@ -209,9 +210,11 @@ def _add_prepare_arguments(prepare: argparse.ArgumentParser) -> None:
         "--split-rule",
         choices=SPLIT_RULES,
         default=PLAN_RULE,
-        help=f"how documents go to val: {PLAN_RULE} (default; a seeded plan over every document's length: the rule "
-        f"of every dataset prepared so far) or {KEYED_HASH_RULE} (each document alone, by a keyed hash of its file "
-        "and position: what --part and `data merge` need; nothing kept per document)",
+        help=f"how documents go to val: {KEYED_HASH_RULE} (each document alone, by a keyed hash of its file and "
+        "position; nothing kept per document): pass it for a large corpus (millions of documents) and for every "
+        f"--part run and `data merge`; or {PLAN_RULE} (default, so that the shipped studies' datasets are "
+        "reproduced byte for byte: a seeded plan over every document's length, which needs one number per "
+        "document in memory and one process)",
     )
     prepare.add_argument(
         "--val-max-tokens",
@@ -292,7 +295,7 @@ def run_tokenizer_train(args: argparse.Namespace) -> int:
 
 def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
     """What reading a corpus found, as `data prepare` and `tokenizer train` print it: files, documents,
-    encodings and fallbacks, then the junk by kind and the first items by file and line."""
+    encodings and fallbacks, then the junk by kind and the first items by file and line (or byte offset)."""
     lines = []
     if "encoding_fallbacks" in corpus:
         lines.append(
@@ -303,14 +306,19 @@ def corpus_report(corpus: dict, max_items: int = 10) -> list[str]:
         )
     junk = corpus.get("junk_items", [])
     if junk:
+        # counts by kind; a hub manifest prepared before they were kept lists every item instead
+        total = sum(corpus["junk"].values()) if "junk" in corpus else len(junk)
         lines.append(
-            f"junk skipped ({len(junk)}): " + ", ".join(f"{k} {n}" for k, n in corpus.get("junk", {}).items())
+            f"junk skipped ({total:,}): " + ", ".join(f"{k} {n:,}" for k, n in corpus.get("junk", {}).items())
         )
         for item in junk[:max_items]:
             line = f":{item['line']}" if item["line"] is not None else ""
             lines.append(f"  {item['file']}{line}: {item['kind']}: {item['detail']}")
-        if len(junk) > max_items:
-            lines.append(f"  ... and {len(junk) - max_items} more (all in `tablefree data scan --json`)")
+        if total > max_items:
+            lines.append(
+                f"  ... and {total - max_items:,} more (`tablefree data scan --json` names the first "
+                f"{MAX_JUNK_ITEMS} of each file and kind and counts them all by file)"
+            )
     return lines
 
 
@@ -364,6 +372,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             f"{split}: {info['documents']:,} documents, {info['tokens']:,} tokens, {len(info['shards'])} shards"
             + (_train_documents_note(manifest) if split == "train" else "")
         )
+    print(f"split rule: {split_rule_name(manifest['settings'])}")
     for line in validation_summary(manifest, args.val_documents):
         print(line)
     if args.tokenizer is None and manifest["vocab_size"] < args.vocab_size:

@@ -9,7 +9,8 @@ import yaml
 
 from tablefree.checkpoint.layout import has_checkpoints
 from tablefree.config_parsing import from_dict_with_overrides, to_dict
-from tablefree.data.loader import Dataset, TokenLoader, verify_dataset
+from tablefree.data.loader import Dataset, TokenLoader
+from tablefree.data.verify import verify_dataset
 from tablefree.params import param_breakdown
 from tablefree.rundir import SWEEP_CONFIG
 from tablefree.train.recipe import TrainConfig, load_train_config, plan

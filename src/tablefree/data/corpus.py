@@ -22,7 +22,8 @@ undefined. The two agree on every byte outside 0x80–0x9F, so a file without su
 ``latin-1``. Files that needed a fallback are counted in the summary. A byte-order mark never enters the text. NUL and other control characters (C0 but
 tab, newline, VT, form feed and CR; DEL; C1) and lone surrogates are dropped from the text and counted per file.
 
-Junk is counted and named, never silently dropped: binary files, empty files and documents, unreadable
+Junk is counted and named, never silently dropped (the first ``MAX_JUNK_ITEMS`` items of each file and kind are
+named, every one is counted: :class:`tablefree.data.sources.JunkLog`): binary files, empty files and documents, unreadable
 (corrupt) compressed files, invalid JSON lines (a key twice in one object among them), records without the text field (or with a non-string one),
 files of unsupported types, bytes that are not UTF-8, control characters, JSON nested too deeply or with
 integers over Python's 4,300-digit limit. With ``strict=True`` the first piece of junk raises a ``ValueError`` that
@@ -60,7 +61,7 @@ from tablefree.data.decoding import (
     open_decompressed,
     sniff_stream,
 )
-from tablefree.data.sources import CorpusError, Junk, SourceFile, list_sources, open_regular
+from tablefree.data.sources import CorpusError, Junk, JunkLog, SourceFile, list_sources, open_regular
 from tablefree.data.spans import Piece, Span, file_spans
 from tablefree.fileio import no_duplicate_keys
 
@@ -71,6 +72,7 @@ __all__ = [
     "FileInfo",
     "Junk",
     "JunkError",
+    "JunkLog",
     "PieceInfo",
     "compose_files",
     "strip_gutenberg",
@@ -135,8 +137,13 @@ def compose_files(pieces: Sequence[PieceInfo]) -> list[FileInfo]:
 @dataclass
 class CorpusSummary:
     files: list[FileInfo] = field(default_factory=list)
-    junk: list[Junk] = field(default_factory=list)
+    junk_log: JunkLog = field(default_factory=JunkLog)
     pieces: list[PieceInfo] = field(default_factory=list)  # what was read of each file (a part: its share)
+
+    @property
+    def junk(self) -> list[Junk]:
+        """The junk items kept: the first ``MAX_JUNK_ITEMS`` of each file and kind (``junk_log`` counts them all)."""
+        return self.junk_log.items
 
     @property
     def documents(self) -> int:
@@ -162,8 +169,7 @@ class CorpusSummary:
             "encodings": self.encodings,
             "encoding_fallbacks": len(self.fallback_files),
             "fallback_files": self.fallback_files,
-            "junk": dict(sorted(Counter(j.kind for j in self.junk).items())),
-            "junk_items": [asdict(j) for j in self.junk],
+            **self.junk_log.as_dict(),
         }
 
     def format(self, max_junk: int = 20) -> str:
@@ -175,11 +181,12 @@ class CorpusSummary:
             + _named(self.fallback_files),
         ]
         if self.junk:
-            counts = Counter(j.kind for j in self.junk)
-            lines.append("junk: " + ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())))
+            lines.append("junk: " + ", ".join(f"{kind} {n:,}" for kind, n in self.junk_log.by_kind().items()))
             lines += [f"  {j}" for j in self.junk[:max_junk]]
-            if len(self.junk) > max_junk:
-                lines.append(f"  ... and {len(self.junk) - max_junk} more")
+            if len(self.junk_log) > max_junk:
+                lines.append(
+                    f"  ... and {len(self.junk_log) - max_junk:,} more (--json counts them by file and kind)"
+                )
         else:
             lines.append("junk: none")
         return "\n".join(lines)
@@ -302,7 +309,9 @@ class Corpus:
     def scan(self, progress: bool = False) -> CorpusSummary:
         """One pass over every file (or span): sha256, size, encoding, valid document count and junk.
         ``progress``: a bar on stderr counting the (decompressed) bytes read, with the file being read."""
-        summary = CorpusSummary(junk=list(self._pending_junk))
+        summary = CorpusSummary()
+        for junk in self._pending_junk:
+            summary.junk_log.add(junk)
         self.document_chars = []
         bar = tqdm(desc="scanning", unit="B", unit_scale=True, unit_divisor=1000, disable=not progress)
         try:
@@ -311,12 +320,14 @@ class Corpus:
             ):
                 bar.set_postfix_str(f"file {number}/{len(self.sources)} {source.rel}", refresh=False)
                 if _whole(spans):
-                    info = self._scan_file(source, summary.junk, bar.update)
+                    info = self._scan_file(source, summary.junk_log, bar.update)
                     summary.pieces.append(
                         PieceInfo(info.file, info.bytes, info.encoding, info.documents, info.sha256)
                     )
                 else:
-                    summary.pieces.append(self._scan_spans(source, piece, spans, summary.junk, bar.update))
+                    summary.pieces.append(
+                        self._scan_spans(source, piece, spans, summary.junk_log, bar.update)
+                    )
         finally:
             bar.close()
         if not self.sources:
@@ -328,7 +339,7 @@ class Corpus:
         self.summary = summary
         return summary
 
-    def _scan_file(self, source: SourceFile, found: list[Junk], on_read) -> FileInfo:
+    def _scan_file(self, source: SourceFile, found: JunkLog, on_read) -> FileInfo:
         info = FileInfo(source.rel, None, 0, None, 0)
         try:
             info.sha256, info.bytes = _sha256(source), source.path.stat().st_size
@@ -350,7 +361,7 @@ class Corpus:
         return info
 
     def _scan_spans(
-        self, source: SourceFile, piece: Piece, spans: list[Span], found: list[Junk], on_read
+        self, source: SourceFile, piece: Piece, spans: list[Span], found: JunkLog, on_read
     ) -> PieceInfo:
         """Spans of a file, each read alone: its bytes' sha256 and its documents (a file that cannot be read is
         junk once, in its first span)."""
@@ -426,13 +437,13 @@ class Corpus:
     def __iter__(self) -> Iterator[str]:
         return self.documents()
 
-    def _junk(self, junk: Junk, found: list[Junk] | None) -> None:
+    def _junk(self, junk: Junk, found: JunkLog | None) -> None:
         if self.strict:
             raise JunkError(f"{junk} (strict mode; run without --strict to skip and report junk)")
         if found is not None:
-            found.append(junk)
+            found.add(junk)
 
-    def _file_encoding(self, source: SourceFile, found: list[Junk] | None, on_read=None) -> str:
+    def _file_encoding(self, source: SourceFile, found: JunkLog | None, on_read=None) -> str:
         """The file's text encoding, or "junk" after reporting a binary, empty or unreadable file."""
         if source.kind in ("parquet", "arrow"):
             encoding = "utf-8"  # parquet and Arrow strings are UTF-8 by specification

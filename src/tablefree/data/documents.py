@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tablefree.data.corpus import Corpus, CorpusSummary, Junk
+from tablefree.data.corpus import Corpus, CorpusSummary, Junk, JunkLog
 
 SPLITS = ("train", "val")
 PLAN_RULE = "plan"  # the seeded plan over all documents (plan_validation)
@@ -261,10 +261,13 @@ class LocalDocuments:
         return items
 
 
-def split_rule_name(settings: dict) -> str:
-    """The rule a manifest's ``settings`` name: ``keyed-hash``, ``plan`` (datasets prepared before the keyed hash
-    recorded a description of their plan, "documents: ..."), or ``hub-index-hash`` (a streamed hub dataset)."""
-    rule = settings.get("split_rule")
+def split_rule_name(settings: dict | None) -> str | None:
+    """The rule a manifest's ``settings`` name: ``keyed-hash``, ``plan`` (its datasets record a description of their
+    plan, "documents: ...", as every dataset prepared before the keyed hash did, so fingerprints stay the same), or
+    ``hub-index-hash`` (a streamed hub dataset); None for a dataset that records none (adopted shards)."""
+    rule = (settings or {}).get("split_rule")
+    if not isinstance(rule, str):
+        return None
     if rule in SPLIT_RULES:
         return rule
     if isinstance(rule, str) and rule.startswith("hash:"):
@@ -313,9 +316,9 @@ class KeyedHashDocuments:
         )
 
     @property
-    def junk(self) -> list[Junk]:
+    def junk(self) -> JunkLog:
         """What a hub stream skipped (a local corpus's junk is in its scan's summary)."""
-        return getattr(self.corpus, "junk", [])
+        return getattr(self.corpus, "junk", JunkLog())
 
     def stream(self, start: int) -> Iterator[tuple[str, str, dict | None]]:
         index = 0
@@ -367,12 +370,12 @@ class HubFiles:
     ) -> None:
         self.source, self.files, self.text_field = source, list(files), text_field
         self.max_documents = max_documents
-        self.junk: list[Junk] = []
+        self.junk = JunkLog()
         self.documents: dict[str, int] = {}  # valid documents read per data file
 
     def located_documents(self) -> Iterator[tuple[str, int, str]]:
         datasets = _datasets()
-        self.junk, self.documents, count = [], {}, 0
+        self.junk, self.documents, count = JunkLog(), {}, 0
         for file in self.files:
             stream = datasets.load_dataset(
                 self.source.name,
@@ -388,7 +391,7 @@ class HubFiles:
                     return
                 text = record.get(self.text_field)
                 if not isinstance(text, str) or not text.strip():
-                    self.junk.append(Junk(file, row + 1, "missing-field", f"no text in {self.text_field!r}"))
+                    self.junk.add(Junk(file, row + 1, "missing-field", f"no text in {self.text_field!r}"))
                     continue
                 yield file, row, text
                 self.documents[file] += 1
@@ -415,7 +418,7 @@ class HubDocuments:
         self.source, self.text_field = source, text_field
         self.val_fraction, self.seed, self.max_documents = val_fraction, seed, max_documents
         self.counts = None
-        self.junk: list[Junk] = []
+        self.junk = JunkLog()
         self.rule = self.description = "hash: blake2b(seed:index) / 2^64 < val_fraction"
 
     def split_of(self, index: int) -> str:
@@ -441,9 +444,7 @@ class HubDocuments:
                 return
             text = record.get(self.text_field)
             if not isinstance(text, str) or not text.strip():
-                self.junk.append(
-                    Junk(self.source.name, row, "missing-field", f"no text in {self.text_field!r}")
-                )
+                self.junk.add(Junk(self.source.name, row, "missing-field", f"no text in {self.text_field!r}"))
                 continue
             if index >= start:
                 yield text

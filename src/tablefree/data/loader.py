@@ -15,19 +15,16 @@ seen: ``state_dict()`` / ``load_state_dict()``.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from tablefree.data.records import MANIFEST, read_manifest
+from tablefree.data.records import MANIFEST, read_manifest, read_manifest_documents
 from tablefree.data.shards import open_shard, read_header
-from tablefree.data.tokenizer import tokenizer_hash
-from tablefree.fileio import sha256_file
-
-AUTO_HASH_BYTES = 2 << 30  # verify_dataset(hashes="auto") hashes datasets up to 2 GiB (about a second per GB)
+from tablefree.data.verify import DatasetCheck, verify_dataset
 
 
 @dataclass(frozen=True)
@@ -60,85 +57,6 @@ class Dataset:
         return TokenLoader.from_dir(
             self.directory, split, seq_len, batch_size, manifest=self.manifest, **kwargs
         )
-
-
-@dataclass
-class DatasetCheck:
-    """What :func:`verify_dataset` checked and found."""
-
-    data_dir: Path
-    shards: int = 0
-    tokens: int = 0
-    bytes: int = 0
-    hashed: bool = False
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def format(self) -> str:
-        what = "sizes, headers, sha256 and token ids" if self.hashed else "sizes and headers"
-        head = f"{self.data_dir}: {self.shards} shards, {self.tokens:,} tokens, {self.bytes / 1e6:.1f} MB; checked {what}"
-        if self.ok:
-            return f"{head}: ok"
-        return "\n".join([f"{head}: {len(self.problems)} problem(s)", *(f"  {p}" for p in self.problems)])
-
-
-def verify_dataset(
-    data_dir: str | Path, hashes: bool | str = True, manifest: dict | None = None
-) -> DatasetCheck:
-    """Check a prepared dataset against its manifest: every shard present, its header valid and its token
-    count the manifest's; with ``hashes`` also each shard's sha256, its token ids below ``vocab_size``, and
-    the tokenizer file's hash. ``hashes="auto"``: only when the shards total at most ``AUTO_HASH_BYTES``
-    (cheap enough before a long run). Problems are collected, not raised (a malformed manifest raises).
-    ``manifest``: the dataset's, already read (``Dataset``)."""
-    data_dir = Path(data_dir)
-    manifest = read_manifest(data_dir) if manifest is None else manifest
-    check = DatasetCheck(data_dir)
-    files = [(name, shard) for name, split in manifest["splits"].items() for shard in split["shards"]]
-    sizes = {}
-    for name, shard in files:
-        path = data_dir / shard["file"]
-        try:
-            _, count = read_header(path)
-        except (OSError, ValueError) as error:
-            check.problems.append(f"{name}: {error}")
-            continue
-        if count != shard["tokens"]:
-            check.problems.append(
-                f"{name}: {path} holds {count:,} tokens, the manifest says {shard['tokens']:,}"
-            )
-        sizes[path] = path.stat().st_size
-    check.shards, check.bytes = len(files), sum(sizes.values())
-    check.tokens = sum(shard["tokens"] for _, shard in files)
-    check.hashed = hashes is True or (hashes == "auto" and check.bytes <= AUTO_HASH_BYTES)
-    if check.hashed:
-        check.problems += _hash_problems(data_dir, manifest, files, sizes)
-    return check
-
-
-def _hash_problems(data_dir: Path, manifest: dict, files: list, sizes: dict) -> list[str]:
-    problems = []
-    vocab = manifest.get("vocab_size")
-    for name, shard in files:
-        path = data_dir / shard["file"]
-        if path not in sizes:
-            continue  # already reported
-        if "sha256" in shard and sha256_file(path) != shard["sha256"]:
-            problems.append(f"{name}: {path} does not match the sha256 in the manifest (damaged or replaced)")
-        tokens = open_shard(path)
-        if vocab is not None and len(tokens) and int(tokens.max()) >= vocab:
-            problems.append(f"{name}: {path} holds token id {int(tokens.max())}, outside vocab_size {vocab}")
-    tokenizer_file = manifest.get("tokenizer_file")
-    if tokenizer_file and "tokenizer_hash" in manifest:
-        path = data_dir / tokenizer_file
-        try:
-            if tokenizer_hash(path) != manifest["tokenizer_hash"]:
-                problems.append(f"tokenizer: {path} is not the tokenizer the manifest records")
-        except (OSError, ValueError) as error:
-            problems.append(f"tokenizer: {error}")
-    return problems
 
 
 def split_shards(data_dir: str | Path, split: str) -> list[Path]:
@@ -194,9 +112,13 @@ def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
     by ``data prepare``); otherwise (train, adopted or older datasets) found as the EOT positions, which is
     the same unless a document's text holds the literal end-of-text string."""
     manifest = read_manifest(data_dir)
+    return _document_bounds(data_dir, manifest, split)
+
+
+def _document_bounds(data_dir: str | Path, manifest: dict, split: str) -> np.ndarray:
     info = _split_info(manifest, data_dir, split)
     total = sum(shard["tokens"] for shard in info["shards"])
-    starts = info.get("document_starts")
+    starts = read_manifest_documents(manifest, Path(data_dir) / MANIFEST).splits[split].document_starts
     if starts is None:
         if "eot_id" not in manifest:
             raise ValueError(f"{Path(data_dir) / MANIFEST}: no eot_id, so documents cannot be found")
@@ -205,16 +127,12 @@ def document_bounds(data_dir: str | Path, split: str = "val") -> np.ndarray:
             tokens = open_shard(path)
             starts += (np.flatnonzero(tokens == manifest["eot_id"]) + offsets).tolist()
             offsets += len(tokens)
-    if not isinstance(starts, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in starts
-    ):
-        raise ValueError(f"{Path(data_dir) / MANIFEST}: splits.{split}.document_starts must be token offsets")
-    bounds = np.asarray([*starts, total], dtype=np.int64)
-    if len(bounds) > 1 and (bounds[0] != 0 or np.any(np.diff(bounds) <= 0)):
-        raise ValueError(
-            f"{Path(data_dir) / MANIFEST}: document starts of {split!r} must begin at 0 and increase"
-        )
-    return bounds
+        if starts and starts[0] != 0:
+            raise ValueError(
+                f"{Path(data_dir) / MANIFEST}: the {split!r} stream does not begin with the end-of-text token "
+                f"(eot_id {manifest['eot_id']}), so its documents cannot be found"
+            )
+    return np.asarray([*starts, total], dtype=np.int64)
 
 
 def validation_documents(data_dir: str | Path) -> list[dict]:
@@ -222,25 +140,10 @@ def validation_documents(data_dir: str | Path) -> list[dict]:
     the val stream and, for a local corpus, its source ``file``, ``document_in_file`` and ``whole`` or the
     ``planned_chars`` of a held-out section. Datasets without the record get ``start``/``tokens`` only."""
     manifest = read_manifest(data_dir)
-    bounds = document_bounds(data_dir, "val")
-    plain = [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
-    record = manifest.get("validation")
-    if record is None:
-        return plain
-    items = record.get("items") if isinstance(record, dict) else None
-    if not (
-        isinstance(items, list)
-        and len(items) == len(plain)
-        and all(
-            isinstance(i, dict) and {k: i.get(k) for k in ("start", "tokens")} == p
-            for i, p in zip(items, plain, strict=False)
-        )
-    ):
-        raise ValueError(
-            f"{Path(data_dir) / MANIFEST}: field 'validation.items' must list each validation document with "
-            "the start and tokens of splits.val.document_starts"
-        )
-    return items
+    bounds = _document_bounds(data_dir, manifest, "val")  # checks validation.items against the starts
+    if manifest.get("validation") is None:
+        return [{"start": int(a), "tokens": int(b - a)} for a, b in itertools.pairwise(bounds)]
+    return manifest["validation"]["items"]
 
 
 class TokenLoader:

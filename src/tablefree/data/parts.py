@@ -25,7 +25,7 @@ import numpy as np
 from tablefree.data.corpus import CorpusSummary, PieceInfo, compose_files
 from tablefree.data.documents import SPLITS
 from tablefree.data.records import PartRecord, read_part_record
-from tablefree.data.sources import SourceFile
+from tablefree.data.sources import JunkLog, SourceFile
 from tablefree.data.spans import Piece
 from tablefree.data.tokenizing import TokenSink
 from tablefree.data.writer import over_cap
@@ -189,11 +189,10 @@ def checked_parts(
                     f"{PART_FILE} records {info.sha256[:16]}… (damaged or changed); prepare the part again"
                 )
     pieces = [piece for record in records for piece in record.pieces]
-    summary = CorpusSummary(
-        files=compose_files(pieces),
-        junk=[junk for record in records for junk in record.junk],
-        pieces=pieces,
-    )
+    junk = JunkLog()
+    for record in records:
+        junk.join(record.junk, record.junk_counts)
+    summary = CorpusSummary(files=compose_files(pieces), junk_log=junk, pieces=pieces)
     return records, summary
 
 

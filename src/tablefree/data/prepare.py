@@ -36,6 +36,7 @@ import itertools
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -77,7 +78,7 @@ from tablefree.data.parts import (
 )
 from tablefree.data.records import MANIFEST, read_manifest, read_part_record
 from tablefree.data.shards import dtype_for_vocab, open_shard, version_for_vocab
-from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, Span, file_spans, plan_pieces
+from tablefree.data.spans import DEFAULT_SPAN_BYTES, Piece, Span, plan_pieces
 from tablefree.data.tokenizer import (
     check_tokenizer,
     eot_id,
@@ -123,6 +124,9 @@ MANIFEST_VERSION = 1
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SHARD_TOKENS = 100_000_000  # as llm.c's and modded-nanogpt's FineWeb shards
 DEFAULT_VOCAB_SIZE = 32_768
+# A plan run scanning more documents than this is told of the keyed-hash rule: the plan keeps a number per document
+# and cannot be split into parts.
+PLAN_NOTE_DOCUMENTS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -195,10 +199,15 @@ class PrepareSpec:
         )
 
     def plan(self, listing: Corpus, n: int) -> list[list[Piece]]:
-        """The pieces of each of ``n`` parts: the listed files' spans (sizes and parquet footers, no text) cut into
-        ``n`` contiguous runs of about equal weight."""
-        spans = [file_spans(source, self.span_bytes, self.text_field) for source in listing.listed]
-        return plan_pieces(spans, n)
+        """The pieces of each of ``n`` parts: the listed files' spans (sizes, parquet footers and compressed files'
+        recorded lengths, no text) cut into ``n`` contiguous runs of about equal weight. ``listing``: the whole
+        corpus, ``reader()``, whose spans are reused (each parquet footer is read once)."""
+        pieces = listing.pieces
+        if listing.span_bytes != self.span_bytes or [(p.file, p.first, p.end) for p in pieces] != [
+            (i, 0, p.count) for i, p in enumerate(pieces)
+        ]:
+            raise ValueError("plan: give the whole corpus as this spec reads it (reader()), not a part of it")
+        return plan_pieces(listing.spans, n)
 
     def share(self, reader: Corpus) -> float:
         """The keyed-hash rule's share of the text held out, from the corpus files' sizes (every part knows them)."""
@@ -327,6 +336,13 @@ def prepare_single(spec: PrepareSpec, out_dir: str | Path) -> dict:
         reader = spec.reader()
         summary = _scanned(spec, reader)
         sources = [f.record() for f in summary.files]
+        if spec.split_rule == PLAN_RULE and summary.documents > PLAN_NOTE_DOCUMENTS:
+            print(
+                f"note: {summary.documents:,} documents: for a corpus this large pass --split-rule {KEYED_HASH_RULE} "
+                "(it keeps nothing per document and splits into --part jobs); the default plan rule is for "
+                "reproducing the shipped studies' data",
+                file=sys.stderr,
+            )
     else:
         reader = summary = None
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
@@ -385,7 +401,7 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
             docs, tok, writers, spec.workers or os.cpu_count() or 1, lambda: None, spec.progress
         )
         if spec.hub is None:
-            pieces, junk = summary.pieces, summary.junk
+            pieces, junk = summary.pieces, summary.junk_log
         else:  # a hub stream is counted as it is read
             hub = docs.corpus
             pieces = [
@@ -400,7 +416,8 @@ def prepare_part(spec: PrepareSpec, out_dir: str | Path, part: tuple[int, int]) 
             "settings": spec.settings(KEYED_HASH_RULE),
             "corpus_bytes": corpus_bytes,
             "pieces": [asdict(p) for p in pieces],
-            "junk": [asdict(j) for j in junk],
+            "junk": [asdict(j) for j in junk.items],
+            "junk_counts": junk.counts,
             "splits": {split: writer.finish() for split, writer in writers.items()},
         }
         write_json_atomic(directory / PART_FILE, record)
@@ -447,7 +464,7 @@ def merge_parts(spec: PrepareSpec, out_dir: str | Path) -> dict:
     else:  # as a single keyed-hash run of the hub dataset records it: the stream and what it skipped
         sources = [{"hub": spec.hub.as_dict(), "max_documents": spec.max_documents}]
         docs = _hub_documents(spec, HubFiles(spec.hub, files, spec.text_field))
-        docs.corpus.junk = summary.junk
+        docs.corpus.junk = summary.junk_log
         summary = None
     fingerprint = _fingerprint(sources, settings, tok_hash)
     if spec.overwrite:
@@ -615,7 +632,7 @@ def _manifest(tok, writers, sources, settings, fingerprint, summary, docs, corpu
                 f"{split}: wrote {splits[split]['documents']} documents, planned {docs.counts[split]}"
             )
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    junk = summary.as_dict() if summary is not None else {"junk_items": [j.__dict__ for j in docs.junk]}
+    junk = summary.as_dict() if summary is not None else docs.junk.as_dict()
     return {
         "version": MANIFEST_VERSION,
         "tokenizer_hash": tok_hash,

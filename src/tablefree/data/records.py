@@ -117,8 +117,11 @@ class PartRecord:
     settings: dict[str, Any]
     corpus_bytes: int
     pieces: list[PieceInfo]
-    junk: list[Junk]
+    junk: list[Junk]  # the first MAX_JUNK_ITEMS of each file and kind
     splits: dict[str, PartSplit]
+    junk_counts: dict[str, dict[str, int]] | None = (
+        None  # file -> kind -> items (None: before counts, all listed)
+    )
 
     def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
         if len(self.part) != 2 or not 1 <= self.part[0] <= self.part[1]:
@@ -263,6 +266,73 @@ class Manifest:
 
 
 MANIFEST_ADVICE = "re-run `tablefree data prepare` (or `data adopt`)"
+
+
+@dataclass(frozen=True)
+class DocumentSplit:
+    shards: list[ShardEntry]
+    document_starts: list[int] | None = None  # absent: found as the EOT positions (adopted datasets, train)
+
+
+@dataclass(frozen=True)
+class ValidationItem:
+    """A validation document's record: its token range in the val stream. Where its text came from (``file``,
+    ``document_in_file``, ``whole``, ``chars``, ``planned_chars``) is read where used."""
+
+    start: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    items: list[ValidationItem]
+
+
+@dataclass(frozen=True)
+class ManifestDocuments:
+    """Where a manifest's documents lie in their split's token stream: ``splits.<split>.document_starts`` and one
+    ``validation.items`` record per val document, with that document's start and tokens. Read apart from
+    :class:`Manifest`, by the readers of documents only: a plan dataset's validation split can hold hundreds of
+    thousands of documents, which every other read of the manifest would pay for."""
+
+    splits: dict[str, DocumentSplit]
+    validation: ValidationRecord | None = None
+
+    def check(self, fail: Callable[[str, str], typing.NoReturn]) -> None:
+        for name, split in self.splits.items():
+            starts = split.document_starts
+            bounds = [*(starts or []), sum(shard.tokens for shard in split.shards)]
+            if starts and (starts[0] != 0 or any(a >= b for a, b in itertools.pairwise(bounds))):
+                fail(
+                    f"splits.{name}.document_starts",
+                    "must begin at 0 and increase, each start within the split's tokens",
+                )
+        if self.validation is None:
+            return
+        val = self.splits.get("val")
+        if val is None or val.document_starts is None:
+            fail(
+                "splits.val.document_starts", "is missing: validation.items gives each document's start in it"
+            )
+        starts = val.document_starts
+        bounds = [*starts, sum(shard.tokens for shard in val.shards)]
+        items = self.validation.items
+        if len(items) != len(starts):
+            fail(
+                "validation.items",
+                f"must list the {len(starts)} documents of splits.val.document_starts, not {len(items)}",
+            )
+        for j, (item, (a, b)) in enumerate(zip(items, itertools.pairwise(bounds), strict=True)):
+            if (item.start, item.tokens) != (a, b - a):
+                fail(
+                    f"validation.items[{j}]",
+                    f"must have start {a} and tokens {b - a} (splits.val.document_starts)",
+                )
+
+
+def read_manifest_documents(manifest: dict, path: str | Path) -> ManifestDocuments:
+    """The document starts and validation records of ``manifest`` (read from ``path``), checked."""
+    return parse_record(ManifestDocuments, manifest, path, MANIFEST_ADVICE)
 
 
 MANIFEST = "manifest.json"

@@ -1,10 +1,12 @@
 """Finding a corpus's files: directories read recursively in sorted order, links followed, and every entry that
 is not read named as junk with the reason (a dangling link, a link loop, a FIFO, device or socket, an unreadable
 file or directory, a file or directory reached a second time through a link, a file of an unsupported type).
-Only regular files are opened (:func:`open_regular`)."""
+Only regular files are opened (:func:`open_regular`). A ``datasets`` DatasetDict folder is refused, naming its
+splits: read whole, its splits would become one corpus."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import io
 import os
@@ -15,7 +17,9 @@ from pathlib import Path
 
 KINDS = {".txt": "txt", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 # The metadata files `datasets`' save_to_disk writes beside its .arrow files: read by no one here, and not junk.
-SAVE_TO_DISK_METADATA = ("dataset_info.json", "state.json", "dataset_dict.json")
+SAVE_TO_DISK_METADATA = ("dataset_info.json", "state.json")
+# What a DatasetDict's save_to_disk writes beside one folder per split: such a folder is refused, not read whole.
+DATASET_DICT_FILE = "dataset_dict.json"
 COMPRESSIONS = {".gz": "gz", ".zst": "zst", ".zstd": "zst"}
 
 
@@ -39,6 +43,68 @@ class Junk:
     def __str__(self) -> str:
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         return f"{where}: {self.kind}: {self.detail}"
+
+
+# Junk items kept per file and kind; the rest are counted. At 100M documents with 1% bad lines every item would be
+# a million objects in memory and in the manifest, where the first few of each say what is wrong.
+MAX_JUNK_ITEMS = 20
+
+
+class JunkLog:
+    """The junk a reading found, in memory that does not grow with the corpus: the first ``MAX_JUNK_ITEMS`` items of
+    each file and kind, in the order read, and the exact count of each file's items of each kind. A file's items
+    come in the order of their positions in it, so the logs of consecutive pieces of the corpus, joined in order
+    (:meth:`join`), keep the items one log of the whole keeps: what makes merged parts byte-identical to a single
+    run. (Bytes that are not UTF-8 are capped per line the same way: ``decoding.BadCharacters``.)"""
+
+    def __init__(self) -> None:
+        self.items: list[Junk] = []
+        self.counts: dict[str, dict[str, int]] = {}  # file -> kind -> items found
+        self._kept: dict[tuple[str, str], int] = {}
+
+    def add(self, junk: Junk) -> None:
+        kinds = self.counts.setdefault(junk.file, {})
+        kinds[junk.kind] = kinds.get(junk.kind, 0) + 1
+        self._keep(junk)
+
+    def join(self, items: Sequence[Junk], counts: dict[str, dict[str, int]] | None) -> None:
+        """Append the log of the next piece of the corpus: its kept ``items`` and its ``counts`` (None: ``items`` are
+        all it found, as a part written before counts were kept listed them)."""
+        if counts is None:
+            for junk in items:
+                self.add(junk)
+            return
+        for junk in items:
+            self._keep(junk)
+        for file, kinds in counts.items():
+            mine = self.counts.setdefault(file, {})
+            for kind, count in kinds.items():
+                mine[kind] = mine.get(kind, 0) + count
+
+    def _keep(self, junk: Junk) -> None:
+        key = (junk.file, junk.kind)
+        if self._kept.get(key, 0) < MAX_JUNK_ITEMS:
+            self._kept[key] = self._kept.get(key, 0) + 1
+            self.items.append(junk)
+
+    def __len__(self) -> int:
+        """The items found (kept or only counted)."""
+        return sum(count for kinds in self.counts.values() for count in kinds.values())
+
+    def by_kind(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for kinds in self.counts.values():
+            for kind, count in kinds.items():
+                totals[kind] = totals.get(kind, 0) + count
+        return dict(sorted(totals.items()))
+
+    def as_dict(self) -> dict:
+        """The manifest's record: counts by kind, the items kept, and counts by file and kind."""
+        return {
+            "junk": self.by_kind(),
+            "junk_items": [dataclasses.asdict(junk) for junk in self.items],
+            "junk_by_file": self.counts,
+        }
 
 
 class CorpusError(ValueError):
@@ -110,10 +176,24 @@ class _Walk:
             detail = f"directory not listed ({error.strerror or error})"
             self.junk.append(Junk(rel or str(path), None, "unreadable", detail))
             return
-        if "state.json" in names or "dataset_dict.json" in names:  # a `datasets` save_to_disk folder
+        if DATASET_DICT_FILE in names:
+            raise CorpusError(_dataset_dict_refusal(path, names))
+        if "state.json" in names:  # a `datasets` save_to_disk folder
             names = [name for name in names if name not in SAVE_TO_DISK_METADATA]
         for name in names:  # sorted names at every level: the order of the sorted relative paths
             self.visit(path / name, f"{rel}/{name}" if rel else name, ancestors)
+
+
+def _dataset_dict_refusal(path: Path, names: list[str]) -> str:
+    """Why a DatasetDict's save_to_disk folder is not read: read whole, its splits would be one corpus (its test
+    split in training)."""
+    splits = [name for name in names if (path / name).is_dir()]
+    wanted = "train" if "train" in splits else (splits[0] if splits else "SPLIT")
+    return (
+        f"{path}: a `datasets` DatasetDict folder ({DATASET_DICT_FILE}) holding the splits "
+        f"{', '.join(splits) or '(none found)'}: read whole, they would all become one corpus (a test split in "
+        f"training); give the split wanted, e.g. {path / wanted}"
+    )
 
 
 def _unreachable(path: Path, rel: str, error: OSError) -> Junk:
