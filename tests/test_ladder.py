@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -263,6 +264,79 @@ def test_own_rates_refuse_an_unrated_interface_and_points_of_other_budgets(tmp_p
     data_path.write_text(json.dumps(runs))
     with pytest.raises(ValueError, match="trained different budgets"):
         ladder_data(dirs, rate="own")
+
+
+def write_rate_check(directory: Path, n_layers: int, ratio: float, chosen: dict[str, float]) -> Path:
+    """A rate check swept apart from its rung: the rung's body at one budget, seed 0, rates 4e-3 and 8e-3."""
+    learned_total = 10_000 * n_layers
+    tokens = int(ratio * learned_total)
+    points = [f"lr{rate:g}-check" for rate in (4e-3, 8e-3)]
+    runs = [
+        {
+            "name": f"{point}/{interface}-s0",
+            "point": point,
+            "interface": interface,
+            "seed": 0,
+            "state": "done",
+            "tokens_seen": tokens,
+        }
+        for point in points
+        for interface in chosen
+    ]
+    cells = {
+        interface: {"chosen": rate, "seeds": 1, "at_edge": False, "rates": {"0.004": {}, "0.008": {}}}
+        for interface, rate in chosen.items()
+    }
+    check = {
+        "points": points,
+        "selection": {"name": "selection split", "too_small": None},
+        "per_interface": cells,
+    }
+    directory.mkdir(parents=True)
+    model = {"n_layers": n_layers, "d_model": 64}
+    report = {
+        "name": f"check-{n_layers}",
+        "config": {"train": {"model": model}},
+        "statistics": {"learning_rate": [check]},
+    }
+    (directory / "report.json").write_text(json.dumps(report))
+    (directory / "report_data.json").write_text(json.dumps({"runs": runs}))
+    return directory
+
+
+def test_own_rates_read_a_rate_check_swept_apart_from_its_rung(tmp_path: Path):
+    """A rung trained at one rate whose check ran as a sweep of its own (its body, its largest budget): the check
+    is read for that rung, which is then checked; a check that chose a rate the rung did not train, one at another
+    budget, or one of no rung's body is refused."""
+    dirs = [write_rung(tmp_path / "l2", 2, {r: -0.3 for r in RATIOS}, rates=(4e-3, 8e-3))]
+    dirs.append(write_rung(tmp_path / "l4", 4, {r: -0.2 for r in RATIOS}))
+    same = write_rate_check(tmp_path / "check4", 4, 30.0, {"learned": 4e-3, "canonical": 4e-3})
+    data = ladder_data(dirs, rate="own", rate_checks=[same])
+    choice = data["rungs"][1]["rate_choice"]
+    assert (
+        choice["checked"]
+        and choice["source"] == str(same)
+        and choice["points"] == ["lr0.004-check", "lr0.008-check"]
+    )
+    report = write_ladder(tmp_path / "out", data, n_boot=200)
+    assert report["answer"].endswith("Each interface at its own rate.")
+    assert f"of the rate check `{same}`" in (tmp_path / "out" / "report.md").read_text()
+    with pytest.raises(ValueError, match="only to compare each interface at its own rate"):
+        ladder_data(dirs, rate=4e-3, rate_checks=[same])
+    other = write_rate_check(tmp_path / "check4-8e-3", 4, 30.0, {"learned": 4e-3, "canonical": 8e-3})
+    with pytest.raises(
+        ValueError, match=re.escape("canonical's own rate 0.008 (its rate check's choice) has 0 finished")
+    ):
+        ladder_data(dirs, rate="own", rate_checks=[other])
+    smaller = write_rate_check(tmp_path / "check4-15", 4, 15.0, {"learned": 4e-3, "canonical": 4e-3})
+    with pytest.raises(ValueError, match="checked at its largest budget"):
+        ladder_data(dirs, rate="own", rate_checks=[smaller])
+    nobody = write_rate_check(tmp_path / "check8", 8, 30.0, {"learned": 4e-3, "canonical": 4e-3})
+    with pytest.raises(ValueError, match="matches no rung"):
+        ladder_data(dirs, rate="own", rate_checks=[nobody])
+    two = write_rate_check(tmp_path / "check2", 2, 30.0, {"learned": 4e-3, "canonical": 4e-3})
+    with pytest.raises(ValueError, match="has its own rate check"):
+        ladder_data(dirs, rate="own", rate_checks=[two])
 
 
 def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

@@ -38,6 +38,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "or `own`: each interface at the rate its rung's rate check chose at the rung's largest budget",
     )
     parser.add_argument(
+        "--rate-check",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="CHECK_DIR",
+        help="with --rate own: the report directory of a rate check swept apart from its rung (the rung's body at "
+        "its largest budget), used for the rung of the same body; repeatable",
+    )
+    parser.add_argument(
         "--bootstrap", type=int, default=stats.DEFAULT_BOOTSTRAP, help="bootstrap replicates (default: 10000)"
     )
     parser.set_defaults(func=run)
@@ -63,7 +72,11 @@ def run(args: argparse.Namespace) -> int:
         ratios = [float(part) for part in args.ratios.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"--ratios: expected numbers separated by commas, got {args.ratios!r}") from None
-    data = read_json(args.data) if args.data else ladder_data(args.rungs, ratios, rate=args.rate)
+    data = (
+        read_json(args.data)
+        if args.data
+        else ladder_data(args.rungs, ratios, rate=args.rate, rate_checks=args.rate_check)
+    )
     report = write_ladder(args.out, data, n_boot=args.bootstrap)
     print(f"ladder: {args.out / 'report.md'}")
     for sentence in report["sentences"]:

@@ -38,7 +38,10 @@ OWN_RATES = "own"  # ladder_data's rate: each interface at the rate its rung's r
 
 
 def ladder_data(
-    rung_dirs: Sequence[str | Path], ratios: Sequence[float] = DEFAULT_RATIOS, rate: float | str | None = None
+    rung_dirs: Sequence[str | Path],
+    ratios: Sequence[float] = DEFAULT_RATIOS,
+    rate: float | str | None = None,
+    rate_checks: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """The ladder's raw data from each rung's report directory (``report.json`` + ``report_data.json``, as
     ``tablefree report`` writes them): per rung its body and, per ratio, the finished runs of the budget at that
@@ -46,11 +49,20 @@ def ladder_data(
     without such a budget, naming the ratios it has. A rung whose grid also has rates trains several points at a
     ratio: ``rate`` picks the peak rate every rung is compared at (refused without it, naming the rates), or
     ``"own"`` compares each interface at its own rate: the one its rung's rate check chose on the selection split
-    at the rung's largest budget (a rung without a rate check: its one rate, marked unchecked)."""
+    at the rung's largest budget (a rung without a rate check: its one rate, marked unchecked). ``rate_checks``
+    are report directories of rate checks swept apart from their rung (its body, its largest budget, seed 0
+    say): each is used for the rung of the same body, whose own report has no check; one that matches no rung,
+    or another budget, is refused."""
     if len(rung_dirs) < 2:
         raise ValueError(f"a ladder needs at least two rungs (report directories), got {len(rung_dirs)}")
     if isinstance(rate, str) and rate != OWN_RATES:
         raise ValueError(f"rate: expected a number or {OWN_RATES!r}, got {rate!r}")
+    if rate_checks and rate != OWN_RATES:
+        raise ValueError(
+            f"rate checks are read only to compare each interface at its own rate (rate {OWN_RATES!r})"
+        )
+    external = {str(Path(d)): _read_check(Path(d)) for d in rate_checks}
+    used: set[str] = set()
     rungs = []
     for directory in map(Path, rung_dirs):
         report = read_json(directory / "report.json")
@@ -71,7 +83,10 @@ def ladder_data(
             by_point.setdefault(record["point"], []).append(record)
         have = {p: max(r["tokens_seen"] for r in rs) / learned_params for p, rs in by_point.items()}
         rates = _point_rates(report.get("config") or {})
-        own = _own_rates(report, by_point, directory) if rate == OWN_RATES else None
+        own = None
+        if rate == OWN_RATES:
+            check = _check_for(model, report, external, directory, used)
+            own = _own_rates(report, by_point, directory, check)
         points: dict[str, str | dict[str, str]] = {}
         for ratio in ratios:
             match = [p for p, r in have.items() if abs(r / ratio - 1) <= RATIO_TOLERANCE]
@@ -114,16 +129,66 @@ def ladder_data(
                 ],
             }
         )
+    unused = [d for d in external if d not in used]
+    if unused:
+        raise ValueError(
+            f"rate check {unused[0]}: its body matches no rung ({', '.join(map(str, rung_dirs))})"
+        )
     rungs.sort(key=lambda r: r["model"]["n_layers"])
     return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rate": rate, "rungs": rungs}
 
 
-def _own_rates(report: dict[str, Any], by_point: dict[str, list[dict]], directory: Path) -> dict[str, Any]:
+def _read_check(directory: Path) -> dict[str, Any]:
+    """A rate check's report directory: its body, its checks and each of its points' budget in tokens."""
+    report = read_json(directory / "report.json")
+    data = read_json(directory / DATA_FILE)
+    checks = ((report.get("statistics") or {}).get("learning_rate")) or []
+    if not checks:
+        raise ValueError(f"{directory / 'report.json'}: no rate check (statistics.learning_rate is empty)")
+    budgets: dict[str, int] = {}
+    for record in data.get("runs") or []:
+        if record.get("state") == "done":
+            budgets[record["point"]] = max(budgets.get(record["point"], 0), record["tokens_seen"])
+    model = ((report.get("config") or {}).get("train") or {}).get("model") or {}
+    return {"source": str(directory), "model": model, "checks": checks, "budgets": budgets}
+
+
+def _check_for(
+    model: dict[str, Any], report: dict[str, Any], external: dict[str, dict], directory: Path, used: set[str]
+) -> dict[str, Any] | None:
+    """The rate check swept apart for this rung's body, if one was given (refused beside the rung's own)."""
+    matches = [key for key, check in external.items() if check["model"] == model]
+    if not matches:
+        return None
+    if len(matches) > 1:
+        raise ValueError(f"rate checks {', '.join(matches)} are both for the body of {directory}")
+    if ((report.get("statistics") or {}).get("learning_rate")) or []:
+        raise ValueError(
+            f"{directory / 'report.json'} has its own rate check; rate check {matches[0]} is not used"
+        )
+    used.add(matches[0])
+    return external[matches[0]]
+
+
+def _own_rates(
+    report: dict[str, Any],
+    by_point: dict[str, list[dict]],
+    directory: Path,
+    external: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Each interface's rate as the rung's rate check chose it at its largest budget (``report.json``,
-    statistics.learning_rate), with what it was chosen among, on how many seeds and on which split; a rung without
-    a rate check: its one rate, unchecked. An interface the rung trained but the check did not rate is refused."""
+    statistics.learning_rate, or ``external``: a check swept apart at that budget), with what it was chosen
+    among, on how many seeds and on which split; a rung without a rate check: its one rate, unchecked. An
+    interface the rung trained but the check did not rate is refused."""
     trained = list(dict.fromkeys(r["interface"] for runs in by_point.values() for r in runs))
     checks = ((report.get("statistics") or {}).get("learning_rate")) or []
+    source = directory / "report.json"
+    budgets = {p: max(r["tokens_seen"] for r in runs) for p, runs in by_point.items()}
+    if external is not None:
+        checks, source = external["checks"], Path(external["source"]) / "report.json"
+        check_budgets = external["budgets"]
+    else:
+        check_budgets = budgets
     if not checks:
         rates = {_point_rates(report.get("config") or {}).get(p) for p in by_point}
         if len(rates) != 1 or None in rates:
@@ -136,19 +201,25 @@ def _own_rates(report: dict[str, Any], by_point: dict[str, list[dict]], director
         }
 
     def budget(check: dict[str, Any]) -> int:
-        return max((r["tokens_seen"] for p in check["points"] for r in by_point.get(p, [])), default=0)
+        return max((check_budgets.get(p, 0) for p in check["points"]), default=0)
 
     largest = max(checks, key=budget)
+    if external is not None and abs(budget(largest) / max(budgets.values()) - 1) > RATIO_TOLERANCE:
+        raise ValueError(
+            f"{source}: its rate check trained {budget(largest):,} tokens, the rung {directory} "
+            f"{max(budgets.values()):,} at its largest budget: a rung's rate is checked at its largest budget"
+        )
     missing = [i for i in trained if i not in largest["per_interface"]]
     if missing:
         raise ValueError(
-            f"{directory / 'report.json'}: the rate check at the largest budget (points "
+            f"{source}: the rate check at the largest budget (points "
             f"{', '.join(largest['points'])}) rated {', '.join(largest['per_interface'])}, not {', '.join(missing)}"
         )
     selection = largest.get("selection") or {}
     return {
         "checked": True,
-        "rates": {i: cell["chosen"] for i, cell in largest["per_interface"].items()},
+        "source": str(source.parent),
+        "rates": {i: cell["chosen"] for i, cell in largest["per_interface"].items() if i in trained},
         "points": largest["points"],
         "selection": selection.get("name", "unknown"),
         "selection_too_small": selection.get("too_small"),
@@ -160,6 +231,7 @@ def _own_rates(report: dict[str, Any], by_point: dict[str, list[dict]], director
                 "at_edge": cell["at_edge"],
             }
             for i, cell in largest["per_interface"].items()
+            if i in trained
         },
     }
 
@@ -184,8 +256,9 @@ def _own_points(
         ]
         if len(at) != 1:
             raise ValueError(
-                f"{data_path}: {interface}'s own rate {wanted:g} has {len(at)} finished points at {ratio:g} "
-                f"tokens per learned parameter (expected one; points there: {', '.join(match) or 'none'})"
+                f"{data_path}: {interface}'s own rate {wanted:g} (its rate check's choice) has {len(at)} finished "
+                f"points at {ratio:g} tokens per learned parameter (expected one; points there: "
+                f"{', '.join(match) or 'none'})"
             )
         chosen[interface] = at[0]
     tokens = {i: max(r["tokens_seen"] for r in by_point[p] if r["interface"] == i) for i, p in chosen.items()}
@@ -524,9 +597,12 @@ def _rate_lines(report: dict[str, Any]) -> list[str]:
                 f"{cell['seeds']} seed{'s' if cell['seeds'] != 1 else ''}{edge}"
             )
         small = f" ({choice['selection_too_small']})" if choice.get("selection_too_small") else ""
+        apart = (
+            "" if choice.get("source") == rung["source"] else f" of the rate check `{choice.get('source')}`"
+        )
         lines.append(
             f"- {rung['name']}: {'; '.join(cells)}; chosen on the {choice['selection']}{small} at the rung's "
-            f"largest budget (points {', '.join(choice['points'])}), used at every ratio"
+            f"largest budget (points {', '.join(choice['points'])}{apart}), used at every ratio"
         )
     return ["Rates (each interface at its own):", "", *lines, ""] if lines else []
 
