@@ -332,6 +332,11 @@ def test_own_rates_read_a_rate_check_swept_apart_from_its_rung(tmp_path: Path):
     with pytest.raises(ValueError, match="checked at its largest budget"):
         ladder_data(dirs, rate="own", rate_checks=[smaller])
     nobody = write_rate_check(tmp_path / "check8", 8, 30.0, {"learned": 4e-3, "canonical": 4e-3})
+    one_seed = write_rung(tmp_path / "l4-one-seed", 4, {r: -0.2 for r in RATIOS}, seeds=1)
+    with pytest.raises(
+        ValueError, match=re.escape("at 7.5 tokens per learned parameter (lr 0.004) learned has 1 seed")
+    ):
+        ladder_data([dirs[0], one_seed], rate=4e-3)
     with pytest.raises(ValueError, match="matches no rung"):
         ladder_data(dirs, rate="own", rate_checks=[nobody])
     two = write_rate_check(tmp_path / "check2", 2, 30.0, {"learned": 4e-3, "canonical": 4e-3})

@@ -110,6 +110,8 @@ def ladder_data(
                     f"{', '.join(f'{p} at lr {rates.get(p)}' for p in match)}); name the rate (--rate)"
                 )
             points[f"{ratio:g}"] = match[0]
+        for ratio_name, point in points.items():
+            _refuse_single_seeds(_point_runs(point, by_point), data_path, ratio_name, _rates_of(point, rates))
         rungs.append(
             {
                 "name": f"{model['n_layers']} layers",
@@ -268,6 +270,20 @@ def _own_points(
             f"budgets ({', '.join(f'{i} {n:,} at {chosen[i]}' for i, n in tokens.items())}): a gap compares one budget"
         )
     return chosen
+
+
+def _refuse_single_seeds(runs: list[dict], data_path: Path, ratio: str, rate: Any) -> None:
+    """A rung's gap varies by seed, so each interface it compares needs two seeds or more at every ratio."""
+    seeds: dict[str, set[int]] = {}
+    for run in runs:
+        seeds.setdefault(run["interface"], set()).add(run["seed"])
+    thin = {interface: len(s) for interface, s in seeds.items() if len(s) < 2}
+    if thin:
+        raise ValueError(
+            f"{data_path}: at {ratio} tokens per learned parameter (lr {_fmt_rate(rate)}) "
+            f"{', '.join(f'{i} has {n} seed' for i, n in thin.items())}: a rung's gap needs 2 seeds or more of "
+            "each interface (train more seeds there, or compare at another rate)"
+        )
 
 
 def _rates_of(point: str | dict[str, str], rates: dict[str, float | None]) -> float | dict[str, float] | None:

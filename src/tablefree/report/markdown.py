@@ -426,7 +426,7 @@ def _learning_rate(report: dict[str, Any]) -> str:
                     if entry is None
                     else f"{entry['mean']:.4f}"
                     + (f" ± {entry['std']:.4f}" if entry["std"] is not None else "")
-                    + f" ({entry['n']} seeds)"
+                    + f" ({entry['n']} seed{'s' if entry['n'] != 1 else ''})"
                 )
             edge = " (at the grid's edge: the best rate may lie beyond it)" if cell["at_edge"] else ""
             chosen = (
@@ -463,7 +463,9 @@ def _learning_rate(report: dict[str, Any]) -> str:
 
 def _gap_cell(c: dict[str, Any]) -> str:
     interval = f" [{fmt(c['low'])}, {fmt(c['high'])}]" if c["low"] is not None else ""
-    return f"{fmt(c['estimate'])}{interval}, {c['verdict']} ({c['seeds']} seeds)"
+    return (
+        f"{fmt(c['estimate'])}{interval}, {c['verdict']} ({c['seeds']} seed{'s' if c['seeds'] != 1 else ''})"
+    )
 
 
 def _figures(report: dict[str, Any]) -> str:
