@@ -332,6 +332,12 @@ def test_own_rates_read_a_rate_check_swept_apart_from_its_rung(tmp_path: Path):
     with pytest.raises(ValueError, match="checked at its largest budget"):
         ladder_data(dirs, rate="own", rate_checks=[smaller])
     nobody = write_rate_check(tmp_path / "check8", 8, 30.0, {"learned": 4e-3, "canonical": 4e-3})
+    with pytest.raises(ValueError, match="must be among"):
+        ladder_data(dirs, rate=4e-3, interfaces=["canonical"])
+    with pytest.raises(ValueError, match="no rung trained affine"):
+        ladder_data(dirs, rate=4e-3, interfaces=["learned", "affine"])
+    only = ladder_data(dirs, rate=4e-3, interfaces=["learned"])  # a ladder of the reference alone: no pair
+    assert {r["interface"] for rung in only["rungs"] for r in rung["runs"]} == {"learned"}
     one_seed = write_rung(tmp_path / "l4-one-seed", 4, {r: -0.2 for r in RATIOS}, seeds=1)
     with pytest.raises(
         ValueError, match=re.escape("at 7.5 tokens per learned parameter (lr 0.004) learned has 1 seed")

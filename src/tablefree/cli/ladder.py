@@ -47,6 +47,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "its largest budget), used for the rung of the same body; repeatable",
     )
     parser.add_argument(
+        "--interfaces",
+        default=None,
+        help="compare only these interfaces, comma-separated, learned among them (default: every one trained)",
+    )
+    parser.add_argument(
         "--bootstrap", type=int, default=stats.DEFAULT_BOOTSTRAP, help="bootstrap replicates (default: 10000)"
     )
     parser.set_defaults(func=run)
@@ -72,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
         ratios = [float(part) for part in args.ratios.split(",") if part.strip()]
     except ValueError:
         raise ValueError(f"--ratios: expected numbers separated by commas, got {args.ratios!r}") from None
-    data = (
-        read_json(args.data)
-        if args.data
-        else ladder_data(args.rungs, ratios, rate=args.rate, rate_checks=args.rate_check)
-    )
+    interfaces = [i.strip() for i in args.interfaces.split(",") if i.strip()] if args.interfaces else None
+    if args.data:
+        data = read_json(args.data)
+    else:
+        data = ladder_data(args.rungs, ratios, args.rate, rate_checks=args.rate_check, interfaces=interfaces)
     report = write_ladder(args.out, data, n_boot=args.bootstrap)
     print(f"ladder: {args.out / 'report.md'}")
     for sentence in report["sentences"]:

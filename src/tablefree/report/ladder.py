@@ -42,6 +42,7 @@ def ladder_data(
     ratios: Sequence[float] = DEFAULT_RATIOS,
     rate: float | str | None = None,
     rate_checks: Sequence[str | Path] = (),
+    interfaces: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The ladder's raw data from each rung's report directory (``report.json`` + ``report_data.json``, as
     ``tablefree report`` writes them): per rung its body and, per ratio, the finished runs of the budget at that
@@ -52,11 +53,16 @@ def ladder_data(
     at the rung's largest budget (a rung without a rate check: its one rate, marked unchecked). ``rate_checks``
     are report directories of rate checks swept apart from their rung (its body, its largest budget, seed 0
     say): each is used for the rung of the same body, whose own report has no check; one that matches no rung,
-    or another budget, is refused."""
+    or another budget, is refused. ``interfaces`` keeps only those interfaces' runs (the learned reference among
+    them), e.g. the ones a rate check rated."""
     if len(rung_dirs) < 2:
         raise ValueError(f"a ladder needs at least two rungs (report directories), got {len(rung_dirs)}")
     if isinstance(rate, str) and rate != OWN_RATES:
         raise ValueError(f"rate: expected a number or {OWN_RATES!r}, got {rate!r}")
+    if interfaces is not None and REFERENCE not in interfaces:
+        raise ValueError(
+            f"interfaces: the ladder's gaps are against {REFERENCE}, so it must be among {list(interfaces)}"
+        )
     if rate_checks and rate != OWN_RATES:
         raise ValueError(
             f"rate checks are read only to compare each interface at its own rate (rate {OWN_RATES!r})"
@@ -72,6 +78,8 @@ def ladder_data(
         if "n_layers" not in model:
             raise ValueError(f"{directory / 'report.json'}: config.train.model names no n_layers")
         records = [r for r in data.get("runs") or [] if r.get("state") == "done"]
+        if interfaces is not None:
+            records = [r for r in records if r["interface"] in interfaces]
         learned = [r for r in records if r["interface"] == REFERENCE]
         if not learned:
             raise ValueError(
@@ -131,6 +139,11 @@ def ladder_data(
                 ],
             }
         )
+    if interfaces is not None:
+        found = {r["interface"] for rung in rungs for r in rung["runs"]}
+        absent = [i for i in interfaces if i not in found]
+        if absent:
+            raise ValueError(f"interfaces: no rung trained {', '.join(absent)}")
     unused = [d for d in external if d not in used]
     if unused:
         raise ValueError(
