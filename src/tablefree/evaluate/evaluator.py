@@ -23,7 +23,7 @@ from tablefree.evaluate.metrics import aggregate, multiple_choice_scores
 from tablefree.evaluate.spec import EvalSpec
 from tablefree.evaluate.task_record import Doc, DocRequests, Task, build_requests
 from tablefree.evaluate.tasks import check_task_files, eval_data_dir, load_docs, parse_tasks, task_files
-from tablefree.evaluate.validation import format_coverage, validation_metrics
+from tablefree.evaluate.validation import check_validation_tokenizer, format_coverage, validation_metrics
 from tablefree.fileio import read_json, sha256_file, write_json_atomic, write_text_atomic
 from tablefree.precision import choose_precision
 
@@ -69,10 +69,12 @@ def run_eval(spec: EvalSpec) -> dict[str, Any]:
     prepared = {task.name: prepare_task(task, data_dir, limit) for task in benchmarks}
 
     model, directory = load_model(checkpoint, device, verify=verify)
+    tok, tok_hash = checked_tokenizer(directory, tokenizer)
+    if VALIDATION in names:  # before the precision is measured: a wrong dataset fails at once
+        check_validation_tokenizer(val_data, tok_hash)
     dtype_choice = choose_precision(dtype, next(model.parameters()).device)
     memory_choice = keep_freed_memory(next(model.parameters()).device)  # process-wide (tablefree.cpu_memory)
     forward_dtype = torch.bfloat16 if dtype_choice.value == "bf16" else None
-    tok, tok_hash = checked_tokenizer(directory, tokenizer)
     if tok.get_vocab_size(with_added_tokens=True) > model.config.vocab_size:
         raise ValueError(
             f"tokenizer has {tok.get_vocab_size(with_added_tokens=True)} tokens, "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -75,6 +76,18 @@ def validation_windows(stream_tokens: int, seq_len: int, limit: int | None = Non
     return windows if limit is None else windows[:limit]
 
 
+def check_validation_tokenizer(data_dir: str | Path, tokenizer_hash: str) -> dict:
+    """``data_dir``'s manifest, refused unless its tokens come from the checkpoint's tokenizer (checked before
+    any scoring work, so a wrong dataset fails at once)."""
+    manifest = read_manifest(data_dir)
+    if manifest.get("tokenizer_hash") not in (None, tokenizer_hash):
+        raise ValueError(
+            f"{data_dir}/{MANIFEST}: dataset tokenized with tokenizer {manifest['tokenizer_hash'][:12]}…, "
+            f"the checkpoint uses {tokenizer_hash[:12]}…; validation needs the same tokenizer"
+        )
+    return manifest
+
+
 @torch.inference_mode()
 def validation_metrics(
     model: torch.nn.Module,
@@ -85,12 +98,7 @@ def validation_metrics(
     limit: int | None = None,
 ) -> dict:
     """Result entry of the ``validation`` task over ``data_dir``'s val split (``limit``: at most that many windows)."""
-    manifest = read_manifest(data_dir)
-    if manifest.get("tokenizer_hash") not in (None, tokenizer_hash):
-        raise ValueError(
-            f"{data_dir}/{MANIFEST}: dataset tokenized with tokenizer {manifest['tokenizer_hash'][:12]}…, "
-            f"the checkpoint uses {tokenizer_hash[:12]}…; validation needs the same tokenizer"
-        )
+    manifest = check_validation_tokenizer(data_dir, tokenizer_hash)
     seq_len = model.config.max_seq_len
     stream = np.concatenate([open_shard(path) for path in split_shards(data_dir, "val")])  # a small split
     listed = sum(shard["tokens"] for shard in manifest["splits"]["val"]["shards"])
