@@ -327,6 +327,21 @@ def test_hardware_skips_the_bf16_ceiling_where_auto_never_picks_bf16(
         precision.cpu_native_bf16.cache_clear()
 
 
+def test_a_dtype_too_slow_for_every_size_is_measured_by_its_pilot_alone() -> None:
+    """Each matmul "takes" 1 s: the 256² pilot says a 512² measurement would take ~32 s, over the cap, so the
+    pilot is the ceiling and 512 is said to be skipped (an emulated bf16 no longer costs tens of seconds)."""
+    threads = torch.get_num_threads()
+    ceiling = hardware.measure_ceiling(
+        CPU, torch.float32, sizes=(512,), timer=FakeClock(1.0), cpu_timer=FakeClock(threads)
+    )
+    assert ceiling.provenance["sizes_skipped"] == [512] and ceiling.provenance["best_size"] == 256
+    assert ceiling.flops == pytest.approx(2 * 256**3)
+    fast = hardware.measure_ceiling(  # each matmul 1 µs: 512² is measured, the pilot only sized it
+        CPU, torch.float32, sizes=(512,), timer=FakeClock(1e-6), cpu_timer=FakeClock(1e-6 * threads)
+    )
+    assert fast.provenance["sizes_skipped"] == [] and fast.provenance["best_size"] == 512
+
+
 def test_a_slow_dtype_is_measured_at_the_smaller_sizes_only() -> None:
     """Each 64² matmul "takes" 1 s: a 128² one would take ~8 s, over the cap, so it is skipped and said so."""
     threads = torch.get_num_threads()

@@ -48,6 +48,10 @@ MIN_SECONDS_PER_SIZE = {"cpu": 0.25, "cuda": 0.2}
 MIN_REPEATS = 3
 # A larger size is skipped when its estimated time (from the smaller one's rate) would pass this.
 MAX_MEASURE_SECONDS = 3.0
+# The first size's cost is estimated from a pilot matmul this large (where a dtype is emulated, as bf16 on a CPU
+# without bf16 instructions, the first size alone would take tens of seconds); when every size would pass the
+# cap, the pilot is the measurement.
+PILOT_SIZE = 256
 # A measurement counts as taken under load when the load average then exceeded the cores its threads did not
 # use by more than this.
 LOAD_SLACK = 0.5
@@ -242,18 +246,28 @@ def measure_ceiling(
     started = time.perf_counter()
     rates: dict[int, float] = {}
     skipped = []
-    for size in sizes:
-        if rates:  # the next size's cost at the best rate so far: warm-up + MIN_REPEATS matmuls at least
-            estimate = (MIN_REPEATS + 1) * 2 * size**3 / max(rates.values())
-            if estimate > MAX_MEASURE_SECONDS:
-                skipped.append(size)
-                continue
+
+    def rate_at(size: int, min_seconds: float) -> float:
         seconds = matmul_seconds(
             device, dtype, size, min_seconds=min_seconds, timer=timer, cpu_timer=cpu_timer
         )
         if seconds <= 0:
             raise RuntimeError(f"matmul of {size}² took {seconds} s: the timer is not advancing")
-        rates[size] = 2 * size**3 / seconds
+        return 2 * size**3 / seconds
+
+    pilot = rate_at(PILOT_SIZE, 0.0) if sizes[0] > PILOT_SIZE else None
+    for size in sizes:
+        known = max(rates.values()) if rates else pilot
+        if (
+            known is not None
+        ):  # this size's cost at the best rate so far: warm-up + MIN_REPEATS matmuls at least
+            estimate = (MIN_REPEATS + 1) * 2 * size**3 / known
+            if estimate > MAX_MEASURE_SECONDS:
+                skipped.append(size)
+                continue
+        rates[size] = rate_at(size, min_seconds)
+    if not rates:  # every size would pass the cap: the pilot is the measurement
+        rates[PILOT_SIZE] = pilot
     best_size = max(rates, key=rates.get)
     return Ceiling(
         flops=rates[best_size],
