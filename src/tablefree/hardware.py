@@ -258,9 +258,8 @@ def measure_ceiling(
     pilot = rate_at(PILOT_SIZE, 0.0) if sizes[0] > PILOT_SIZE else None
     for size in sizes:
         known = max(rates.values()) if rates else pilot
-        if (
-            known is not None
-        ):  # this size's cost at the best rate so far: warm-up + MIN_REPEATS matmuls at least
+        # this size's cost at the best rate so far: warm-up + MIN_REPEATS matmuls at least
+        if known is not None:
             estimate = (MIN_REPEATS + 1) * 2 * size**3 / known
             if estimate > MAX_MEASURE_SECONDS:
                 skipped.append(size)

@@ -32,9 +32,8 @@ DEFAULT_SPAN_BYTES = 1 << 25  # 32 MiB of a .jsonl: a part's smallest share of o
 NOMINAL_EXPANSION = 4
 # A recorded length outside [1, this] times the compressed bytes is not the file's (the bound reading refuses past).
 MAX_RECORDED_EXPANSION = 100
-ZSTD_FRAME_HEADER_BYTES = (
-    18  # the longest a zstd frame header is: magic, descriptor, window, dictionary id, size
-)
+# The longest a zstd frame header is: magic, descriptor, window, dictionary id, size.
+ZSTD_FRAME_HEADER_BYTES = 18
 
 
 @dataclass(frozen=True)
@@ -108,9 +107,8 @@ def uncompressed_estimate(source: SourceFile, size: int) -> int:
                 import zstandard
 
                 length = zstandard.frame_content_size(handle.read(ZSTD_FRAME_HEADER_BYTES))
-    except (
-        Exception
-    ):  # unreadable, not of its format, or zstandard missing: reading the file names what is wrong
+    except Exception:
+        # unreadable, not of its format, or zstandard missing: reading the file names what is wrong
         return nominal
     return length if size <= length <= MAX_RECORDED_EXPANSION * size else nominal
 

@@ -74,7 +74,7 @@ def ladder_data(
         report = read_json(directory / "report.json")
         data_path = directory / DATA_FILE
         data = read_json(data_path)
-        model = ((report.get("config") or {}).get("train") or {}).get("model") or {}
+        model = _model_of(report)
         if "n_layers" not in model:
             raise ValueError(f"{directory / 'report.json'}: config.train.model names no n_layers")
         records = [r for r in data.get("runs") or [] if r.get("state") == "done"]
@@ -153,18 +153,27 @@ def ladder_data(
     return {"format": FORMAT, "ratios": [float(r) for r in ratios], "rate": rate, "rungs": rungs}
 
 
+def _rate_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A sweep report's rate checks (``statistics.learning_rate``), one per budget; none without a rate grid."""
+    return ((report.get("statistics") or {}).get("learning_rate")) or []
+
+
+def _model_of(report: dict[str, Any]) -> dict[str, Any]:
+    return ((report.get("config") or {}).get("train") or {}).get("model") or {}
+
+
 def _read_check(directory: Path) -> dict[str, Any]:
     """A rate check's report directory: its body, its checks and each of its points' budget in tokens."""
     report = read_json(directory / "report.json")
     data = read_json(directory / DATA_FILE)
-    checks = ((report.get("statistics") or {}).get("learning_rate")) or []
+    checks = _rate_checks(report)
     if not checks:
         raise ValueError(f"{directory / 'report.json'}: no rate check (statistics.learning_rate is empty)")
     budgets: dict[str, int] = {}
     for record in data.get("runs") or []:
         if record.get("state") == "done":
             budgets[record["point"]] = max(budgets.get(record["point"], 0), record["tokens_seen"])
-    model = ((report.get("config") or {}).get("train") or {}).get("model") or {}
+    model = _model_of(report)
     return {"source": str(directory), "model": model, "checks": checks, "budgets": budgets}
 
 
@@ -177,7 +186,7 @@ def _check_for(
         return None
     if len(matches) > 1:
         raise ValueError(f"rate checks {', '.join(matches)} are both for the body of {directory}")
-    if ((report.get("statistics") or {}).get("learning_rate")) or []:
+    if _rate_checks(report):
         raise ValueError(
             f"{directory / 'report.json'} has its own rate check; rate check {matches[0]} is not used"
         )
@@ -196,7 +205,7 @@ def _own_rates(
     among, on how many seeds and on which split; a rung without a rate check: its one rate, unchecked. An
     interface the rung trained but the check did not rate is refused."""
     trained = list(dict.fromkeys(r["interface"] for runs in by_point.values() for r in runs))
-    checks = ((report.get("statistics") or {}).get("learning_rate")) or []
+    checks = _rate_checks(report)
     source = directory / "report.json"
     budgets = {p: max(r["tokens_seen"] for r in runs) for p, runs in by_point.items()}
     if external is not None:
@@ -627,7 +636,9 @@ def _rate_lines(report: dict[str, Any]) -> list[str]:
             )
         small = f" ({choice['selection_too_small']})" if choice.get("selection_too_small") else ""
         apart = (
-            "" if choice.get("source") == rung["source"] else f" of the rate check `{choice.get('source')}`"
+            ""
+            if choice.get("source", rung["source"]) == rung["source"]
+            else f" of the rate check `{choice.get('source')}`"
         )
         lines.append(
             f"- {rung['name']}: {'; '.join(cells)}; chosen on the {choice['selection']}{small} at the rung's "
