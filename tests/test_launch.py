@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from sweep_helpers import config, topics_dataset
+from sweep_helpers import config, logged_step, topics_dataset
 from tablefree import launch
 from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict
 from tablefree.sweep.plan import plan_runs
 from tablefree.sweep.slurm import emit_sbatch
 from tablefree.sweep.status import sweep_status
+from tablefree.train import faults
 
 
 @pytest.fixture(scope="module")
@@ -122,20 +123,25 @@ def _wait(predicate, timeout_s: float, what: str) -> None:
 
 
 @pytest.mark.slow
-def test_local_executor_run_is_preempted_requeued_and_resumes_exactly(dataset: Path, tmp_path: Path) -> None:
-    steps = {"budget": "150 steps"}
+def test_local_executor_run_is_preempted_requeued_and_resumes_exactly(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = {"budget": "40 steps"}
     sweep = config(dataset, tmp_path / "cluster", **steps)
     sweep.interfaces, sweep.seeds = ["canonical"], [0]
+    # the task waits after step 3 for its signal, which therefore lands inside training however fast the steps
+    # are; the environment is the task's from its submission, so the reference run below does not hold
+    monkeypatch.setenv(faults.HOLD_AFTER_STEP_ENV, "3")
     outcome = run_sweep(sweep, log=lambda *_: None)
+    monkeypatch.delenv(faults.HOLD_AFTER_STEP_ENV)
     [job] = outcome["jobs"].values()
     [run] = plan_runs(sweep)
-    metrics = run.directory / "metrics.jsonl"
-    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 120, "no training steps")
+    _wait(lambda: logged_step(run.directory, 3), 120, "no step 3")
     os.kill(_task_pid(int(job)), launch.PREEMPT_SIGNAL)  # what SLURM sends before a time limit
     _wait(lambda: sweep_status(sweep, [run])[run.name]["state"] == "done", 240, "the run did not finish")
 
     log = "".join(path.read_text() for path in (tmp_path / "cluster" / "slurm").rglob("*.out"))
-    assert "stopped by SIGUSR2 after step" in log
+    assert "stopped by SIGUSR2 after step 4" in log
     assert "checkpoint saved, requeueing" in log
     assert "resumed from" in log
     local = config(dataset, tmp_path / "local", backend="local", **steps)
@@ -164,6 +170,20 @@ def test_sigusr2_stops_the_trainer_like_sigterm() -> None:
     assert stop.requested == "SIGUSR2"
 
 
+def test_a_hold_waits_after_its_step_until_the_stop_and_no_longer_than_its_limit() -> None:
+    asked = []
+    hold = faults.HoldAfterStep(3, lambda: len(asked) >= 4 or bool(asked.append(1)), limit_s=30)
+    assert [hold.needs_read(s) for s in (2, 3, 4)] == [False, True, False]
+    hold.after_step(2)
+    assert asked == []  # another step: no wait
+    hold.after_step(3)
+    assert len(asked) == 4  # asked until the stop was requested
+    never = faults.HoldAfterStep(3, lambda: False, limit_s=0.2)
+    started = time.monotonic()
+    never.after_step(3)
+    assert 0.2 <= time.monotonic() - started < 5
+
+
 @pytest.mark.slow
 def test_a_sbatch_line_exits_for_requeue_when_preempted_and_then_finishes(
     dataset: Path, tmp_path: Path
@@ -173,20 +193,20 @@ def test_a_sbatch_line_exits_for_requeue_when_preempted_and_then_finishes(
     import shlex
     import sys
 
-    sweep = config(dataset, tmp_path / "sweep", budget="300 steps")
+    sweep = config(dataset, tmp_path / "sweep", budget="40 steps")
     sweep.interfaces, sweep.seeds = ["affine"], [1]
     sweep.launch.slurm.python = shlex.quote(sys.executable)
     emit_sbatch(sweep, tmp_path / "sweep.sbatch", log=lambda *_: None)
     [line] = (tmp_path / "sweep.sbatch").read_text().split("RUNS=(\n")[1].split("\n)")[0].splitlines()
     command = shlex.split(shlex.split(line)[0])
     [run] = plan_runs(sweep)
-    metrics = run.directory / "metrics.jsonl"
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, 120, "no training step")
+    held = dict(os.environ, **{faults.HOLD_AFTER_STEP_ENV: "3"})  # waits after step 3 for the signal
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=held)
+    _wait(lambda: logged_step(run.directory, 3), 120, "no step 3")
     process.send_signal(launch.PREEMPT_SIGNAL)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == launch.REQUEUE_EXIT_CODE, output
-    assert "stopped by SIGUSR2 after step" in output and "exiting for requeue" in output
+    assert "stopped by SIGUSR2 after step 4" in output and "exiting for requeue" in output
     assert sweep_status(sweep, [run])[run.name]["state"] == "interrupted"
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr

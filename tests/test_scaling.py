@@ -191,6 +191,7 @@ def test_no_crossing_before_the_horizon_is_null_with_a_reason_and_strict_json():
     assert "The fits do not cross before 10B tokens" in text
 
 
+@pytest.mark.slow  # the whole report (fits, second forms, backtests) twice: 10-12 CPU s
 def test_report_fits_each_size_and_refuses_a_size_fit_with_too_few_sizes():
     rows = study(None, params=1e6) + [
         Observation(o.interface, o.seed, o.tokens, o.loss - 0.1, 2e6) for o in study(None)

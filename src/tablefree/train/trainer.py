@@ -170,7 +170,8 @@ class Trainer:
             info=info,
         )
         self.stop = StopSignal(info.world_size, self.device)
-        self.step_hooks: list[StepHook] = hooks_from_environment()  # test-only fault injection
+        # test-only fault injection
+        self.step_hooks: list[StepHook] = hooks_from_environment(lambda: self.stop.requested is not None)
         self._restore_state(resume, changes)
         # the run's files and what it reports
         self._write_run_files()
