@@ -13,6 +13,7 @@ from sweep_helpers import topics_dataset
 from tablefree.compare import CompareConfig, run_sweep
 from tablefree.config_parsing import from_dict, to_dict
 from tablefree.data.loader import TokenLoader
+from tablefree.report.data import DATA_FILE, statistics_from_data
 from tablefree.sweep.grid import rate_name
 from tablefree.sweep.plan import plan_runs
 from tablefree.train.recipe import TrainConfig, decay_start, lr_at
@@ -279,6 +280,14 @@ def test_learning_rate_check_chooses_on_the_selection_split(tmp_path: Path) -> N
     assert len(check["comparisons"]["shared"]) == 1
     markdown = (tmp_path / "sweep" / "report.md").read_text()
     assert "## Learning rate per interface" in markdown and "at each interface's own rate" in markdown
+    # the band split at the own rates too, where they differ, and rebuilt from the shipped data with its choice
+    bands = result["report"]["frequency_bands"]
+    at_own = [section for section in bands if "own_points" in section]
+    assert len(at_own) == (len(set(check["own_points"].values())) > 1)
+    shipped = json.loads((tmp_path / "sweep" / DATA_FILE).read_text())
+    assert shipped["own_rate_points"] == [check["own_points"]]
+    rebuilt = statistics_from_data(tmp_path / "sweep" / DATA_FILE, n_boot=int(config.bootstrap))
+    assert json.loads(json.dumps(rebuilt["frequency_bands"])) == json.loads(json.dumps(bands))
     # the regime beside the papers': this sweep's rows first (its learned model has 8 steps of 256 tokens)
     rows = result["report"]["regime"]
     # the two rate points share their regime: one row for it

@@ -7,13 +7,14 @@ import copy
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 
 import tablefree
-from tablefree.analysis.frequency_bands import band_split, frequency_bands_markdown
+from tablefree.analysis.frequency_bands import band_split, frequency_bands_markdown, sweep_frequency_bands
 from tablefree.checkpoint.model_dir import save_model
 from tablefree.cli import main
 from tablefree.data.loader import split_shards, token_counts
@@ -152,11 +153,19 @@ def _write_run(root: Path, interface: str, seed: int, rng: np.random.Generator) 
     """Runs whose only difference lies in the rarest input band: canonical loses 0.5 nats there."""
     directory = root / "runs" / f"{interface}-s{seed}"
     directory.mkdir(parents=True)
+    validation = _validation(0.5 if interface == "canonical" else 0.0, rng)
+    (directory / "eval.json").write_text(json.dumps({"tasks": {"validation": validation}}))
+    (directory / "summary.json").write_text(json.dumps({"tokens_seen": 4096, "params": {}}))
+    (directory / "status.json").write_text(json.dumps({"state": "done"}))
+
+
+def _validation(rare_excess: float, rng: np.random.Generator) -> dict:
+    """A run's validation results with tallies: 3 nats/token everywhere, ``rare_excess`` more in the rarest input
+    band."""
     tokens = np.random.default_rng(99).integers(50, 120, size=(DOCS, BANDS))  # one validation split for all
     per_token = 3.0 + rng.normal(0, 0.02, size=(DOCS, BANDS))
     input_nats = per_token * tokens
-    if interface == "canonical":
-        input_nats[:, -1] += 0.5 * tokens[:, -1]
+    input_nats[:, -1] += rare_excess * tokens[:, -1]
     # the target side: the same tokens and nats per document, spread over the bands otherwise
     target_tokens = np.roll(tokens, 1, axis=1)
     target_nats = (
@@ -188,9 +197,38 @@ def _write_run(root: Path, interface: str, seed: int, rng: np.random.Generator) 
             "target": {"nats": target_nats.tolist(), "tokens": target_tokens.tolist()},
         },
     }
-    (directory / "eval.json").write_text(json.dumps({"tasks": {"validation": validation}}))
-    (directory / "summary.json").write_text(json.dumps({"tokens_seen": 4096, "params": {}}))
-    (directory / "status.json").write_text(json.dumps({"state": "done"}))
+    return validation
+
+
+def test_bands_at_each_interface_own_best_rate_pair_runs_of_two_grid_points() -> None:
+    # canonical loses 0.5 nats on the rarest input band at 4e-3 and 0.2 at 8e-3; learned ran at 4e-3 only
+    excess = {("learned", "lr4e-3"): 0.0, ("canonical", "lr4e-3"): 0.5, ("canonical", "lr8e-3"): 0.2}
+    runs = [
+        SimpleNamespace(
+            name=f"{point}/{interface}-s{seed}",
+            interface=interface,
+            seed=seed,
+            point=point,
+            eval={"tasks": {"validation": _validation(extra, np.random.default_rng(seed + 7 * len(point)))}},
+        )
+        for seed in range(3)
+        for (interface, point), extra in excess.items()
+    ]
+    pairs = [("learned", "canonical")]
+    own = {"learned": "lr4e-3", "canonical": "lr8e-3"}
+    sections = sweep_frequency_bands(runs, ["lr4e-3", "lr8e-3"], pairs, 200, [own, {"learned": "lr4e-3"}])
+    assert [s["point"] for s in sections] == [
+        "lr4e-3",
+        "lr8e-3",
+        "own best rates (learned lr4e-3, canonical lr8e-3)",
+    ]  # one interface's own point alone, or both at one point, adds nothing
+    at_point, at_own = sections[0]["sides"]["input"]["pairs"][0], sections[2]["sides"]["input"]["pairs"][0]
+    assert sections[2]["own_points"] == own and sections[1]["sides"]["input"]["pairs"] == []
+    assert at_point["bands"][-1]["estimate"] == pytest.approx(-0.5, abs=0.05)
+    assert at_own["bands"][-1]["estimate"] == pytest.approx(-0.2, abs=0.05) and at_own["seeds"] == [0, 1, 2]
+    assert at_own["sum_of_contributions"] == pytest.approx(at_own["whole"]["estimate"], abs=1e-12)
+    markdown = frequency_bands_markdown(sections)
+    assert "**By input token at own best rates (learned lr4e-3, canonical lr8e-3)**" in markdown
 
 
 @pytest.mark.slow

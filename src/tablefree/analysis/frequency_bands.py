@@ -148,13 +148,28 @@ def _pair_split(
 
 
 def sweep_frequency_bands(
-    runs: Sequence[Any], points: Sequence[str], pairs: Sequence[tuple[str, str]], n_boot: int
+    runs: Sequence[Any],
+    points: Sequence[str],
+    pairs: Sequence[tuple[str, str]],
+    n_boot: int,
+    own_points: Sequence[dict[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """Per grid point, the band split of the finished runs' validation results (duck-typed on the report's run
-    records: ``interface``, ``seed``, ``point``, ``eval``), or the reason there is none."""
+    records: ``interface``, ``seed``, ``point``, ``eval``), or the reason there is none. Then one split per
+    mapping in ``own_points`` (interface → the grid point of its own best rate, as a rate check chose it) whose
+    interfaces sit at different points: each interface's runs at its own point, paired by seed, labelled
+    ``own best rates (...)`` and keeping the mapping as ``own_points``."""
+    groups: list[tuple[str, list[Any], dict[str, str] | None]] = [
+        (point, [run for run in runs if getattr(run, "point", "") == point], None) for point in points
+    ]
+    for chosen in own_points:
+        if len(set(chosen.values())) > 1:
+            label = "own best rates (" + ", ".join(f"{name} {point}" for name, point in chosen.items()) + ")"
+            here = [run for run in runs if chosen.get(run.interface) == getattr(run, "point", "")]
+            groups.append((label, here, dict(chosen)))
     out = []
-    for point in points:
-        here = [run for run in runs if getattr(run, "point", "") == point and run.eval is not None]
+    for label, group, chosen in groups:
+        here = [run for run in group if run.eval is not None]
         tallies: dict[str, dict[int, dict[str, Any]]] = {}
         missing = []
         for run in here:
@@ -163,10 +178,12 @@ def sweep_frequency_bands(
                 tallies.setdefault(run.interface, {})[run.seed] = entry
             else:
                 missing.append(run.name)
+        mapping = {"own_points": chosen} if chosen else {}
         if missing:
             out.append(
                 {
-                    "point": point,
+                    "point": label,
+                    **mapping,
                     "unavailable": f"{len(missing)} run(s) have no frequency-band tallies ({', '.join(missing[:4])}"
                     + (", …" if len(missing) > 4 else "")
                     + "): evaluated before they existed, or on a dataset without a training split; the sweep's "
@@ -177,9 +194,9 @@ def sweep_frequency_bands(
         if not tallies:
             continue
         try:
-            out.append({"point": point, **band_split(tallies, pairs, n_boot)})
+            out.append({"point": label, **mapping, **band_split(tallies, pairs, n_boot)})
         except ValueError as error:
-            out.append({"point": point, "unavailable": str(error)})
+            out.append({"point": label, **mapping, "unavailable": str(error)})
     return out
 
 

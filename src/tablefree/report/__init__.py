@@ -55,6 +55,8 @@ def build_report(
         report["figures"] += draw_scaling_figures(entry["fits"], curves.observations_of(entry), figures_dir)
     write_json_atomic(sweep_dir / "report.json", strict_json(report))
     data = report_data(runs, config)
+    # the rate checks' choices, which the data alone cannot make (the selection losses stay in the run directories)
+    data["own_rate_points"] = [check["own_points"] for check in report["statistics"]["learning_rate"]]
     data["frequency_bands"] = report["frequency_bands"]
     write_json_atomic(sweep_dir / DATA_FILE, strict_json(data))
     write_text_atomic(sweep_dir / "report.md", render_markdown(report))
@@ -94,6 +96,7 @@ def assemble(
     # one: a point that trains some interfaces only (a per-interface rate grid) would leave the others out
     primary = next((p for p in reversed(per_point) if p["name"] in complete), per_point[-1])
     baseline = comparison.unigram_baseline(runs)
+    rate_checks = tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls)
     return {
         "name": config.get("name", sweep_dir.name),
         "sweep_dir": str(sweep_dir),  # as given: a committed report names no local absolute path
@@ -118,7 +121,7 @@ def assemble(
             "few_seeds": comparison.few_seeds(comps),
             "gap": gaps,
             "grid": comparison.grid_summary(runs, points, interfaces, comps) if len(points) > 1 else [],
-            "learning_rate": tuning.learning_rate_checks(runs, config, interfaces, n_boot, controls),
+            "learning_rate": rate_checks,
             "fitted_curves": curves.fitted_curves(
                 runs, config, interfaces, controls, n_boot, predict_at, baseline
             ),
@@ -128,7 +131,9 @@ def assemble(
         "git": git_commit(),
         "environment": environment(),
         "analysis": _sweep_analysis(runs, sweep_dir),
-        "frequency_bands": _frequency_bands(runs, points, interfaces, controls, n_boot),
+        "frequency_bands": _frequency_bands(
+            runs, points, interfaces, controls, n_boot, [check["own_points"] for check in rate_checks]
+        ),
     }
 
 
@@ -138,12 +143,18 @@ def _sweep_analysis(runs: list[Run], sweep_dir: Path) -> dict[str, Any] | None:
 
 
 def _frequency_bands(
-    runs: list[Run], points: list[str], interfaces: list[str], controls: list[str], n_boot: int
+    runs: list[Run],
+    points: list[str],
+    interfaces: list[str],
+    controls: list[str],
+    n_boot: int,
+    own_points: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Per grid point, each compared pair's validation gap split by frequency band of the input and of the
-    target token (``tablefree.analysis.frequency_bands``)."""
+    target token (``tablefree.analysis.frequency_bands``); then the same at each rate check's own best rates
+    (``own_points``), where the interfaces chose different rates."""
     pairs = comparison.interface_pairs(interfaces, controls)
-    return sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot)
+    return sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot, own_points)
 
 
 def verdict(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -127,5 +127,6 @@ def statistics_from_data(path: str | Path, n_boot: int) -> dict[str, list[dict[s
         comps += comparison.comparisons(here, interfaces, n_boot, point, controls)
         gaps += comparison.gap_curves(here, interfaces, point, controls)
     pairs = comparison.interface_pairs(interfaces, controls)
-    bands = sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot)
+    own_points = data.get("own_rate_points") or []  # absent from data written before it was kept
+    bands = sweep_frequency_bands(comparison.finished(runs), points, pairs, n_boot, own_points)
     return {"comparisons": comps, "gap": gaps, "frequency_bands": bands}
