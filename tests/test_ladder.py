@@ -362,3 +362,52 @@ def test_ladder_cli_builds_and_rebuilds_from_its_data(tmp_path: Path, capsys: py
     capsys.readouterr()
     assert main(["ladder", str(dirs[0]), "--data", "x", "--out", str(tmp_path / "c")]) == 1
     assert "either RUNG_DIR" in capsys.readouterr().err
+
+
+def _add_band_tallies(directory: Path) -> None:
+    """Give every run of a rung frequency-band tallies: each document's tokens spread over five bands in fixed
+    proportions, at the document's own loss per token."""
+    path = directory / "report_data.json"
+    data = json.loads(path.read_text())
+    fractions = np.array([0.3, 0.25, 0.2, 0.15, 0.1])
+    for record in data["runs"]:
+        per_document = record["validation"]["per_document"]
+        doc_tokens = np.asarray(per_document["tokens"])
+        tokens = np.floor(np.outer(doc_tokens, fractions)).astype(int)
+        tokens[:, 0] += doc_tokens - tokens.sum(axis=1)
+        nats = np.asarray(per_document["nats"])[:, None] * tokens / doc_tokens[:, None]
+        table = [
+            {"band": b, "types": 2 + b, "train_share": 0.2, "min_per_million": 1.0, "max_per_million": 2.0}
+            for b in range(5)
+        ]
+        side = {"nats": nats.tolist(), "tokens": tokens.tolist()}
+        record["validation"]["frequency_bands"] = {
+            "scheme": "token-mass quantiles of the training split",
+            "bands": 5,
+            "train_tokens": 10_000,
+            "band_table": table,
+            "input": side,
+            "target": side,
+        }
+    path.write_text(json.dumps(data))
+
+
+def test_ladder_splits_each_rungs_gap_by_frequency_band_where_its_runs_were_tallied(tmp_path: Path):
+    dirs = [write_rung(tmp_path / f"l{n}", n, {r: g for r in RATIOS}) for n, g in ((2, -0.3), (4, -0.2))]
+    _add_band_tallies(dirs[0])
+    report = write_ladder(tmp_path / "ladder", ladder_data(dirs), n_boot=300)
+    tallied, untallied = (rung["ratios"][2] for rung in report["rungs"])
+    (pair,) = tallied["frequency_bands"]["sides"]["input"]["pairs"]
+    assert (pair["a"], pair["b"]) == ("learned", "canonical") and len(pair["bands"]) == 5
+    gap = tallied["gaps"]["canonical"]["estimate"]
+    assert pair["whole"]["estimate"] == pytest.approx(gap) and pair["sum_of_contributions"] == pytest.approx(
+        gap
+    )
+    assert all(band["estimate"] < -0.25 for band in pair["bands"])  # the planted gap, in every band
+    assert "no frequency-band tallies" in untallied["frequency_bands"]["unavailable"]
+    markdown = (tmp_path / "ladder" / "report.md").read_text()
+    assert "## Where the gap lives in the vocabulary" in markdown
+    assert "| 2 layers | 30 | input | learned − canonical |" in markdown
+    assert "- 4 layers, 30 tokens/param: 6 of its 6 runs have no frequency-band tallies" in markdown
+    data = json.loads((tmp_path / "ladder" / "report_data.json").read_text())
+    assert ladder_report(data, n_boot=300) == json.loads((tmp_path / "ladder" / "report.json").read_text())

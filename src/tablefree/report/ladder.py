@@ -9,7 +9,9 @@ table's share of the learned model and the compute 6·N·D (N the parameters out
 lookup). Across rungs at one ratio: the change of each gap from one rung to the next, and with three rungs or more
 the least-squares slope of the gap against log₂(layers) and against log₂(compute). The rungs are separate runs
 with their own seeds, scored on the same validation documents: each change and slope is a contrast of the rungs'
-paired gaps (``stats.contrast_difference``: seeds unpaired across rungs, documents shared).
+paired gaps (``stats.contrast_difference``: seeds unpaired across rungs, documents shared). Per rung and ratio
+also where in the vocabulary each gap lives: split by the training-split frequency band of the input and of the
+target token (``analysis.frequency_bands.band_split``), where the rung's runs were scored with those tallies.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
+from tablefree.analysis.frequency_bands import SIDES, band_split
 from tablefree.fileio import read_json, strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison
 from tablefree.report.data import DATA_FILE, runs_from_data
@@ -402,6 +405,7 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
                         "compares rungs on one validation set"
                     )
                 weights = doc_tokens
+            row["frequency_bands"] = _bands(here, interfaces, n_boot)
             observations += [
                 Observation(run.interface, run.seed, float(tokens), run.metric_values()[comparison.VAL_LOSS])
                 for run in here
@@ -454,6 +458,27 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
     primary = next((e for e in result["across"] if e["ratio"] == max(data["ratios"])), None)
     result["answer"] = None if primary is None else result["sentences"][result["across"].index(primary)]
     return strict_json(result)
+
+
+def _bands(here: list[Any], codes: list[str], n_boot: int) -> dict[str, Any]:
+    """The row's gaps split by frequency band, or why there is no split."""
+    tallies: dict[str, dict[int, dict[str, Any]]] = {}
+    missing = 0
+    for run in here:
+        entry = _validation(run).get("frequency_bands")
+        if entry:
+            tallies.setdefault(run.interface, {})[run.seed] = entry
+        else:
+            missing += 1
+    if missing:
+        return {
+            "unavailable": f"{missing} of its {len(here)} runs have no frequency-band tallies (scored before "
+            "`tablefree eval` counted them)"
+        }
+    try:
+        return band_split(tallies, [(REFERENCE, code) for code in codes], n_boot)
+    except ValueError as error:
+        return {"unavailable": str(error)}
 
 
 def _interfaces(rungs: list[dict]) -> list[str]:
@@ -585,6 +610,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
     lines += [
         "",
+        *_band_lines(report),
         "## Method",
         "",
         f"Intervals: {report['interval']}; {report['bootstrap']} bootstrap replicates. A gap is {REFERENCE} − "
@@ -603,6 +629,45 @@ def render_markdown(report: dict[str, Any]) -> str:
         for r in report["rungs"]
     ]
     return "\n".join(lines) + "\n"
+
+
+def _band_lines(report: dict[str, Any]) -> list[str]:
+    """Each rung's gaps per frequency band: one row per ratio, side and pair."""
+    rows, unavailable = [], []
+    bands = 0
+    for rung in report["rungs"]:
+        for row in rung["ratios"]:
+            split = row.get("frequency_bands") or {}
+            if "unavailable" in split:
+                unavailable.append(
+                    f"- {rung['name']}, {row['ratio']:g} tokens/param: {split['unavailable']}."
+                )
+                continue
+            if "sides" not in split:
+                continue
+            bands = split["definition"]["bands"]
+            for side in SIDES:
+                for pair in split["sides"][side]["pairs"]:
+                    cells = [rung["name"], f"{row['ratio']:g}", side, f"{pair['a']} − {pair['b']}"]
+                    cells += [_fmt_gap(cell) for cell in pair["bands"]] + [_fmt_gap(pair["whole"])]
+                    rows.append("| " + " | ".join(cells) + " |")
+    if not rows and not unavailable:
+        return []
+    lines = [
+        "## Where the gap lives in the vocabulary",
+        "",
+        "Each gap split by the training-split frequency band of the input token (what the interface is fed) and "
+        "of the target token: five bands of about equal training-token mass, band 0 the most frequent types. "
+        "A band's gap is on its own tokens, paired by seed, with the report's interval (95%, not corrected for "
+        "the number of bands); each rung's reports give the shares, losses and contributions.",
+        "",
+    ]
+    if rows:
+        header = ["rung", "tokens/param", "side", "pair", *(f"band {b}" for b in range(bands)), "whole gap"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows, ""]
+    if unavailable:
+        lines += ["No split:", "", *unavailable, ""]
+    return lines
 
 
 def _fmt_rate(rate: float | dict[str, float] | None) -> str:
