@@ -68,8 +68,8 @@ def config(dataset: Path, out: Path, backend: str = "slurm", **recipe) -> Compar
 
 
 def logged_step(run_dir: Path, step: int) -> bool:
-    """Whether the run in ``run_dir`` has logged optimizer step ``step`` (a training process holds there under
-    $TABLEFREE_FAULT_HOLD_AFTER_STEP until its stop signal arrives)."""
+    """Whether the run in ``run_dir`` has logged optimizer step ``step`` (the toy recipes log every step; a
+    training process holds there under $TABLEFREE_FAULT_HOLD_AFTER_STEP until its stop signal arrives)."""
     metrics = run_dir / "metrics.jsonl"
     return metrics.exists() and any(
         json.loads(line).get("step") == step for line in metrics.read_text().splitlines() if line.strip()

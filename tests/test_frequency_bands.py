@@ -200,7 +200,7 @@ def _validation(rare_excess: float, rng: np.random.Generator) -> dict:
     return validation
 
 
-def test_bands_at_each_interface_own_best_rate_pair_runs_of_two_grid_points() -> None:
+def test_bands_at_each_interface_own_best_rate_pair_runs_of_two_grid_points(tmp_path: Path) -> None:
     # canonical loses 0.5 nats on the rarest input band at 4e-3 and 0.2 at 8e-3; learned ran at 4e-3 only
     excess = {("learned", "lr4e-3"): 0.0, ("canonical", "lr4e-3"): 0.5, ("canonical", "lr8e-3"): 0.2}
     runs = [
@@ -209,10 +209,10 @@ def test_bands_at_each_interface_own_best_rate_pair_runs_of_two_grid_points() ->
             interface=interface,
             seed=seed,
             point=point,
-            eval={"tasks": {"validation": _validation(extra, np.random.default_rng(seed + 7 * len(point)))}},
+            eval={"tasks": {"validation": _validation(extra, np.random.default_rng(10 * seed + arm))}},
         )
         for seed in range(3)
-        for (interface, point), extra in excess.items()
+        for arm, ((interface, point), extra) in enumerate(excess.items())
     ]
     pairs = [("learned", "canonical")]
     own = {"learned": "lr4e-3", "canonical": "lr8e-3"}
@@ -229,6 +229,34 @@ def test_bands_at_each_interface_own_best_rate_pair_runs_of_two_grid_points() ->
     assert at_own["sum_of_contributions"] == pytest.approx(at_own["whole"]["estimate"], abs=1e-12)
     markdown = frequency_bands_markdown(sections)
     assert "**By input token at own best rates (learned lr4e-3, canonical lr8e-3)**" in markdown
+    # rebuilt from a report_data.json alone, whose own_rate_points carry the rate check's choice
+    records = [
+        {
+            "name": run.name,
+            "point": run.point,
+            "interface": run.interface,
+            "seed": run.seed,
+            "state": "done",
+            "tokens_seen": 4096,
+            "params": {},
+            "validation": run.eval["tasks"]["validation"],
+            "curve": [],
+        }
+        for run in runs
+    ]
+    data = {
+        "format": "tablefree-report-data/1",
+        "baselines": [],
+        "grid_points": ["lr4e-3", "lr8e-3"],
+        "runs": records,
+        "own_rate_points": [own],
+    }
+    (tmp_path / DATA_FILE).write_text(json.dumps(data))
+    rebuilt = statistics_from_data(tmp_path / DATA_FILE, n_boot=200)["frequency_bands"]
+    assert json.loads(json.dumps(rebuilt)) == json.loads(json.dumps(sections))
+    del data["own_rate_points"]  # data written before the choices were kept: the grid points' splits only
+    (tmp_path / DATA_FILE).write_text(json.dumps(data))
+    assert len(statistics_from_data(tmp_path / DATA_FILE, n_boot=200)["frequency_bands"]) == 2
 
 
 @pytest.mark.slow

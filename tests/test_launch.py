@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -141,7 +142,7 @@ def test_local_executor_run_is_preempted_requeued_and_resumes_exactly(
     _wait(lambda: sweep_status(sweep, [run])[run.name]["state"] == "done", 240, "the run did not finish")
 
     log = "".join(path.read_text() for path in (tmp_path / "cluster" / "slurm").rglob("*.out"))
-    assert "stopped by SIGUSR2 after step 4" in log
+    assert re.search(r"stopped by SIGUSR2 after step [34]\b", log)  # 3: signalled before the hold began
     assert "checkpoint saved, requeueing" in log
     assert "resumed from" in log
     local = config(dataset, tmp_path / "local", backend="local", **steps)
@@ -206,7 +207,7 @@ def test_a_sbatch_line_exits_for_requeue_when_preempted_and_then_finishes(
     process.send_signal(launch.PREEMPT_SIGNAL)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == launch.REQUEUE_EXIT_CODE, output
-    assert "stopped by SIGUSR2 after step 4" in output and "exiting for requeue" in output
+    assert re.search(r"stopped by SIGUSR2 after step [34]\b", output) and "exiting for requeue" in output
     assert sweep_status(sweep, [run])[run.name]["state"] == "interrupted"
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -147,6 +147,23 @@ def _pair_split(
     }
 
 
+NO_TALLIES_WHY = "evaluated before they existed, or on a dataset without a training split"
+
+
+def run_tallies(runs: Sequence[Any]) -> tuple[dict[str, dict[int, dict[str, Any]]], list[str]]:
+    """The validation tallies of evaluated runs (duck-typed: ``interface``, ``seed``, ``name``, ``eval``) as
+    ``band_split`` takes them (interface → seed → entry), and the names of the runs that have none."""
+    tallies: dict[str, dict[int, dict[str, Any]]] = {}
+    missing = []
+    for run in runs:
+        entry = ((run.eval.get("tasks") or {}).get(VALIDATION) or {}).get("frequency_bands")
+        if entry:
+            tallies.setdefault(run.interface, {})[run.seed] = entry
+        else:
+            missing.append(str(run.name))
+    return tallies, missing
+
+
 def sweep_frequency_bands(
     runs: Sequence[Any],
     points: Sequence[str],
@@ -169,15 +186,7 @@ def sweep_frequency_bands(
             groups.append((label, here, dict(chosen)))
     out = []
     for label, group, chosen in groups:
-        here = [run for run in group if run.eval is not None]
-        tallies: dict[str, dict[int, dict[str, Any]]] = {}
-        missing = []
-        for run in here:
-            entry = ((run.eval.get("tasks") or {}).get(VALIDATION) or {}).get("frequency_bands")
-            if entry:
-                tallies.setdefault(run.interface, {})[run.seed] = entry
-            else:
-                missing.append(run.name)
+        tallies, missing = run_tallies([run for run in group if run.eval is not None])
         mapping = {"own_points": chosen} if chosen else {}
         if missing:
             out.append(
@@ -186,8 +195,7 @@ def sweep_frequency_bands(
                     **mapping,
                     "unavailable": f"{len(missing)} run(s) have no frequency-band tallies ({', '.join(missing[:4])}"
                     + (", …" if len(missing) > 4 else "")
-                    + "): evaluated before they existed, or on a dataset without a training split; the sweep's "
-                    "compare command evaluates them again",
+                    + f"): {NO_TALLIES_WHY}; the sweep's compare command evaluates them again",
                 }
             )
             continue
@@ -316,7 +324,8 @@ def _summary(sections: list[dict[str, Any]]) -> list[str]:
     bands = sections[0]["definition"]["bands"]
     header = ["point", "side", "pair"] + [f"band {b}" for b in range(bands)] + ["whole gap"]
     lines = [
-        "Each band's gap A − B (nats/token on the band's tokens, 95% interval) at every grid point; the "
+        "Each band's gap A − B (nats/token on the band's tokens, 95% interval) at every grid point (and at the "
+        "interfaces' own best rates); the "
         "tables below give shares, losses and contributions:",
         "",
         "| " + " | ".join(header) + " |",

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from tablefree import stats
-from tablefree.analysis.frequency_bands import SIDES, band_split
+from tablefree.analysis.frequency_bands import NO_TALLIES_WHY, band_split, run_tallies
+from tablefree.evaluate.frequency_bands import SIDES
 from tablefree.fileio import read_json, strict_json, write_json_atomic, write_text_atomic
 from tablefree.report import comparison
 from tablefree.report.data import DATA_FILE, runs_from_data
@@ -462,18 +463,12 @@ def ladder_report(data: dict[str, Any], n_boot: int = stats.DEFAULT_BOOTSTRAP) -
 
 def _bands(here: list[Any], codes: list[str], n_boot: int) -> dict[str, Any]:
     """The row's gaps split by frequency band, or why there is no split."""
-    tallies: dict[str, dict[int, dict[str, Any]]] = {}
-    missing = 0
-    for run in here:
-        entry = _validation(run).get("frequency_bands")
-        if entry:
-            tallies.setdefault(run.interface, {})[run.seed] = entry
-        else:
-            missing += 1
+    tallies, missing = run_tallies(here)
     if missing:
         return {
-            "unavailable": f"{missing} of its {len(here)} runs have no frequency-band tallies (scored before "
-            "`tablefree eval` counted them)"
+            "unavailable": f"{len(missing)} of its {len(here)} runs have no frequency-band tallies "
+            f"({NO_TALLIES_WHY}): re-run the rung's compare command, which evaluates them again, then its "
+            "report and the ladder"
         }
     try:
         return band_split(tallies, [(REFERENCE, code) for code in codes], n_boot)
@@ -543,6 +538,8 @@ def _sentences(result: dict[str, Any], rate: float | str | None) -> list[str]:
 
 
 def _fmt_gap(d: dict[str, Any]) -> str:
+    if d.get("estimate") is None:  # a frequency band without validation tokens
+        return "–"
     if d.get("low") is None:
         return f"{d['estimate']:+.3f} (no interval)"
     return f"{d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
@@ -634,7 +631,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 def _band_lines(report: dict[str, Any]) -> list[str]:
     """Each rung's gaps per frequency band: one row per ratio, side and pair."""
     rows, unavailable = [], []
-    bands = 0
+    definitions = []
     for rung in report["rungs"]:
         for row in rung["ratios"]:
             split = row.get("frequency_bands") or {}
@@ -645,7 +642,7 @@ def _band_lines(report: dict[str, Any]) -> list[str]:
                 continue
             if "sides" not in split:
                 continue
-            bands = split["definition"]["bands"]
+            definitions.append(split["definition"])
             for side in SIDES:
                 for pair in split["sides"][side]["pairs"]:
                     cells = [rung["name"], f"{row['ratio']:g}", side, f"{pair['a']} − {pair['b']}"]
@@ -653,16 +650,17 @@ def _band_lines(report: dict[str, Any]) -> list[str]:
                     rows.append("| " + " | ".join(cells) + " |")
     if not rows and not unavailable:
         return []
-    lines = [
-        "## Where the gap lives in the vocabulary",
-        "",
-        "Each gap split by the training-split frequency band of the input token (what the interface is fed) and "
-        "of the target token: five bands of about equal training-token mass, band 0 the most frequent types. "
-        "A band's gap is on its own tokens, paired by seed, with the report's interval (95%, not corrected for "
-        "the number of bands); each rung's reports give the shares, losses and contributions.",
-        "",
-    ]
+    lines = ["## Where the gap lives in the vocabulary", ""]
     if rows:
+        bands = max(d["bands"] for d in definitions)
+        schemes = sorted({d["scheme"] for d in definitions})
+        lines += [
+            "Each gap split by the training-split frequency band of the input token (what the interface is fed) "
+            f"and of the target token: {bands} bands ({'; '.join(schemes)}), band 0 the most frequent types. A "
+            "band's gap is on its own tokens, paired by seed, with the report's interval (95%, not corrected for "
+            "the number of bands); each rung's report gives the shares, losses and contributions.",
+            "",
+        ]
         header = ["rung", "tokens/param", "side", "pair", *(f"band {b}" for b in range(bands)), "whole gap"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *rows, ""]
     if unavailable:

@@ -40,8 +40,10 @@ class KillAfterStep:
 
 
 class HoldAfterStep:
-    """Wait right after optimizer step ``step`` (its losses read and logged first) until ``stop_requested()``, at
-    most ``limit_s`` seconds; the loop then stops at the next step as it would have without the wait."""
+    """Wait right after optimizer step ``step`` (its losses read first, and logged where ``log_every`` divides it)
+    until ``stop_requested()``, at most ``limit_s`` seconds; the loop then stops where it would have without the
+    wait (one process: after the next step; several: at the next read point where they agree). A signal that
+    lands between the step's log line and the wait stops the run after ``step`` itself."""
 
     def __init__(self, step: int, stop_requested: Callable[[], bool], limit_s: float = HOLD_LIMIT_S) -> None:
         self.step, self.stop_requested, self.limit_s = step, stop_requested, limit_s
