@@ -342,6 +342,38 @@ def test_a_dtype_too_slow_for_every_size_is_measured_by_its_pilot_alone() -> Non
     assert fast.provenance["sizes_skipped"] == [] and fast.provenance["best_size"] == 512
 
 
+class SteppedClock(FakeClock):
+    """``step`` seconds per reading for the first ``readings``, then ``later`` per reading."""
+
+    def __init__(self, step: float, readings: int, later: float) -> None:
+        super().__init__(step)
+        self.left, self.later = readings, later
+
+    def __call__(self) -> float:
+        if self.left == 0:
+            self.step = self.later
+        self.left -= 1
+        return super().__call__()
+
+
+def test_a_size_whose_warm_up_passes_the_cap_is_measured_by_that_one_matmul() -> None:
+    """An emulated dtype's rate falls with the size: the pilot (warm-up + 3 repeats, 8 readings) runs at 1 µs a
+    matmul, so 512² looks cheap, but its warm-up "takes" 2 s, and 3 more would pass the 3 s cap: the warm-up is
+    its measurement, said so, and nothing more is timed."""
+    threads = torch.get_num_threads()
+    timer, cpu_timer = SteppedClock(1e-6, 8, 2.0), SteppedClock(1e-6 * threads, 8, 2.0 * threads)
+    ceiling = hardware.measure_ceiling(CPU, torch.float32, sizes=(512,), timer=timer, cpu_timer=cpu_timer)
+    assert ceiling.provenance["sizes_skipped"] == [] and ceiling.provenance["sizes_from_one_matmul"] == [512]
+    assert ceiling.provenance["best_size"] == 512 and ceiling.flops == pytest.approx(2 * 512**3 / 2.0)
+    assert timer.now == pytest.approx(8e-6 + 2 * 2.0)  # the warm-up's two readings, no repeat
+    assert (
+        hardware.measure_ceiling(  # a steady clock: every size repeated, none from one matmul
+            CPU, torch.float32, sizes=(512,), timer=FakeClock(1e-6), cpu_timer=FakeClock(1e-6 * threads)
+        ).provenance["sizes_from_one_matmul"]
+        == []
+    )
+
+
 def test_a_slow_dtype_is_measured_at_the_smaller_sizes_only() -> None:
     """Each 64² matmul "takes" 1 s: a 128² one would take ~8 s, over the cap, so it is skipped and said so."""
     threads = torch.get_num_threads()

@@ -198,10 +198,14 @@ def matmul_seconds(
     size: int,
     *,
     min_seconds: float,
+    max_seconds: float | None = None,
     timer: Callable[[], float] = time.perf_counter,
     cpu_timer: Callable[[], float] = time.process_time,
-) -> float:
-    """The fastest of at least MIN_REPEATS timed ``size``×``size`` matmuls (after one untimed warm-up).
+) -> tuple[float, int]:
+    """The fastest of at least MIN_REPEATS timed ``size``×``size`` matmuls after one warm-up, and how many were
+    timed. Where the warm-up shows that the repeats would take over ``max_seconds``, the warm-up (kernel
+    selection included, so a slight underestimate of the rate) is the one sample: an estimate made from a
+    smaller size can be far off where a dtype is emulated, its rate falling with the size.
 
     On a CPU each repeat counts the shorter of its wall time and its process CPU time over the threads: on a
     machine shared with other work the threads are descheduled part of the time, which stretches the wall
@@ -216,19 +220,24 @@ def matmul_seconds(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    torch.matmul(a, b)  # warm-up: kernel selection, primitive caches
-    synchronize()
-    best, spent, repeats = float("inf"), 0.0, 0
-    while repeats < MIN_REPEATS or spent < min_seconds:
+    def timed() -> float:
         start, cpu_start = timer(), cpu_timer()
         torch.matmul(a, b)
         synchronize()
         wall = timer() - start
         busy = (cpu_timer() - cpu_start) / threads if on_cpu else wall
-        best, spent, repeats = min(best, wall, busy if busy > 0 else wall), spent + wall, repeats + 1
+        return min(wall, busy if busy > 0 else wall)
+
+    warm_up = timed()  # kernel selection, primitive caches
+    if max_seconds is not None and MIN_REPEATS * warm_up > max_seconds:
+        return warm_up, 1
+    best, spent, repeats = float("inf"), 0.0, 0
+    while repeats < MIN_REPEATS or spent < min_seconds:
+        seconds = timed()
+        best, spent, repeats = min(best, seconds), spent + seconds, repeats + 1
         if repeats >= 100:
             break
-    return best
+    return best, repeats
 
 
 def measure_ceiling(
@@ -245,14 +254,22 @@ def measure_ceiling(
     load = load_average()  # before measuring: the measurement's own threads would count
     started = time.perf_counter()
     rates: dict[int, float] = {}
-    skipped = []
+    skipped, one_sample = [], []
 
     def rate_at(size: int, min_seconds: float) -> float:
-        seconds = matmul_seconds(
-            device, dtype, size, min_seconds=min_seconds, timer=timer, cpu_timer=cpu_timer
+        seconds, repeats = matmul_seconds(
+            device,
+            dtype,
+            size,
+            min_seconds=min_seconds,
+            max_seconds=MAX_MEASURE_SECONDS,
+            timer=timer,
+            cpu_timer=cpu_timer,
         )
         if seconds <= 0:
             raise RuntimeError(f"matmul of {size}² took {seconds} s: the timer is not advancing")
+        if repeats == 1:
+            one_sample.append(size)
         return 2 * size**3 / seconds
 
     pilot = rate_at(PILOT_SIZE, 0.0) if sizes[0] > PILOT_SIZE else None
@@ -279,6 +296,7 @@ def measure_ceiling(
             "tflops_by_size": {str(size): round(rate / 1e12, 4) for size, rate in rates.items()},
             "best_size": best_size,
             "sizes_skipped": skipped,  # each would have taken over MAX_MEASURE_SECONDS
+            "sizes_from_one_matmul": [size for size in one_sample if size in rates],  # its warm-up said so
             "seconds": round(time.perf_counter() - started, 3),
             "device_type": device.type,
             "load_average": load,
