@@ -114,7 +114,8 @@ def runs_from_data(data: dict[str, Any]) -> list[DataRun]:
 
 
 def statistics_from_data(path: str | Path, n_boot: int) -> dict[str, list[dict[str, Any]]]:
-    """The validation comparisons, the gap curves and the frequency-band split of a report, recomputed from
+    """The validation comparisons, the gap curves and the frequency-band split of a report (at each grid point
+    and at the rate checks' own best rates, which the file keeps as ``own_rate_points``), recomputed from
     ``report_data.json`` alone (benchmark comparisons need the per-example files and are not in it)."""
     data = read_json(path)
     runs = runs_from_data(data)
