@@ -372,6 +372,16 @@ def test_a_size_whose_warm_up_passes_the_cap_is_measured_by_that_one_matmul() ->
         ).provenance["sizes_from_one_matmul"]
         == []
     )
+    # not on an accelerator (here the meta device), whose first matmul can carry library start-up: repeated
+    meta, clock = torch.device("meta"), FakeClock(2.0)
+    assert hardware.matmul_seconds(meta, torch.float32, 64, min_seconds=0, max_seconds=3, timer=clock) == (
+        2.0,
+        3,
+    )
+    one = hardware.matmul_seconds(
+        CPU, torch.float32, 64, min_seconds=0, max_seconds=3, timer=clock, cpu_timer=FakeClock(2.0 * threads)
+    )
+    assert one == (2.0, 1)  # the same clock on a CPU: its warm-up is the one sample
 
 
 def test_a_slow_dtype_is_measured_at_the_smaller_sizes_only() -> None:

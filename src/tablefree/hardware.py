@@ -203,9 +203,10 @@ def matmul_seconds(
     cpu_timer: Callable[[], float] = time.process_time,
 ) -> tuple[float, int]:
     """The fastest of at least MIN_REPEATS timed ``size``×``size`` matmuls after one warm-up, and how many were
-    timed. Where the warm-up shows that the repeats would take over ``max_seconds``, the warm-up (kernel
-    selection included, so a slight underestimate of the rate) is the one sample: an estimate made from a
-    smaller size can be far off where a dtype is emulated, its rate falling with the size.
+    timed. On a CPU, where the warm-up shows that the repeats would take over ``max_seconds``, the warm-up
+    (kernel selection included, so a slight underestimate of the rate) is the one sample: an estimate made from
+    a smaller size can be far off where a dtype is emulated, its rate falling with the size. Not on a GPU, whose
+    first matmul can include the math library's initialisation (seconds), which would pass for the rate.
 
     On a CPU each repeat counts the shorter of its wall time and its process CPU time over the threads: on a
     machine shared with other work the threads are descheduled part of the time, which stretches the wall
@@ -229,7 +230,7 @@ def matmul_seconds(
         return min(wall, busy if busy > 0 else wall)
 
     warm_up = timed()  # kernel selection, primitive caches
-    if max_seconds is not None and MIN_REPEATS * warm_up > max_seconds:
+    if max_seconds is not None and on_cpu and MIN_REPEATS * warm_up > max_seconds:
         return warm_up, 1
     best, spent, repeats = float("inf"), 0.0, 0
     while repeats < MIN_REPEATS or spent < min_seconds:
