@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def ladder_data(
         by_point: dict[str, list[dict]] = {}
         for record in records:
             by_point.setdefault(record["point"], []).append(record)
-        have = {p: max(r["tokens_seen"] for r in rs) / learned_params for p, rs in by_point.items()}
+        have = {p: tokens / learned_params for p, tokens in _point_budgets(records).items()}
         rates = _point_rates(report.get("config") or {})
         own = None
         if rate == OWN_RATES:
@@ -166,6 +166,14 @@ def _model_of(report: dict[str, Any]) -> dict[str, Any]:
     return ((report.get("config") or {}).get("train") or {}).get("model") or {}
 
 
+def _point_budgets(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Each grid point's budget: the most tokens any of its finished runs saw."""
+    budgets: dict[str, int] = {}
+    for record in records:
+        budgets[record["point"]] = max(budgets.get(record["point"], 0), record["tokens_seen"])
+    return budgets
+
+
 def _read_check(directory: Path) -> dict[str, Any]:
     """A rate check's report directory: its body, its checks and each of its points' budget in tokens."""
     report = read_json(directory / "report.json")
@@ -173,12 +181,8 @@ def _read_check(directory: Path) -> dict[str, Any]:
     checks = _rate_checks(report)
     if not checks:
         raise ValueError(f"{directory / 'report.json'}: no rate check (statistics.learning_rate is empty)")
-    budgets: dict[str, int] = {}
-    for record in data.get("runs") or []:
-        if record.get("state") == "done":
-            budgets[record["point"]] = max(budgets.get(record["point"], 0), record["tokens_seen"])
-    model = _model_of(report)
-    return {"source": str(directory), "model": model, "checks": checks, "budgets": budgets}
+    budgets = _point_budgets(r for r in data.get("runs") or [] if r.get("state") == "done")
+    return {"source": str(directory), "model": _model_of(report), "checks": checks, "budgets": budgets}
 
 
 def _check_for(
@@ -211,7 +215,7 @@ def _own_rates(
     trained = list(dict.fromkeys(r["interface"] for runs in by_point.values() for r in runs))
     checks = _rate_checks(report)
     source = directory / "report.json"
-    budgets = {p: max(r["tokens_seen"] for r in runs) for p, runs in by_point.items()}
+    budgets = _point_budgets(r for runs in by_point.values() for r in runs)
     if external is not None:
         checks, source = external["checks"], Path(external["source"]) / "report.json"
         check_budgets = external["budgets"]
